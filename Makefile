@@ -1,0 +1,41 @@
+# The two commands a new user types (README):  make run   /   make test
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
+
+.PHONY: run test lint install browser services bench clean
+
+$(BIN)/agentcanvas: setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/agentcanvas
+
+# The server on SQLite (./data/) with the samples loaded; prints a token and embed URLs.
+run: install
+	$(BIN)/agentcanvas quickstart --host $(HOST) --port $(PORT)
+
+# Debian's Chromium for the browser tests (Playwright's own download does not work offline).
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+services:
+	@bash .ci/services
+
+lint: install
+	$(BIN)/ruff check agent api tests bench
+	$(BIN)/ruff format --check agent api tests bench
+
+# The whole suite: unit, API on SQLite and MariaDB, end-to-end, browser.
+test: install browser services lint
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+
+bench: install services
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -1,0 +1,712 @@
+"""The Canvas: one DSL blob, run along its path, serialized back whole.
+
+    canvas = Canvas(dsl)                  # str or dict; raises DSLError
+    for event in canvas.run(query="hi"):  # events of DESIGN §4
+        ...
+    text = str(canvas)                    # the whole snapshot; Canvas(text) continues
+
+The snapshot is the DSL plus runtime state: ``path`` (what is pending), ``history``
+(bounded), ``globals`` (``sys.*`` and the conversation variables ``env.*``),
+``state`` (component outputs and bookkeeping that the pending path can still read)
+and ``turn`` (the turn a paused form belongs to). Keys the runtime does not know are
+kept as they are, so a RAGFlow export round-trips.
+
+Turn semantics chosen here (see README "Runtime semantics"):
+
+* A run that fails or is cancelled leaves the state exactly as it was before the
+  run (so a paused form can be resumed again); the error is on the terminal event.
+* At the end of a successful turn the path and the outputs are cleared, except
+  Begin's (its inputs hold for the conversation), so the snapshot does not grow.
+* A fan-out (several ``downstream``) runs the branches one after another; a
+  component already waiting on the path is not queued twice (joins run once).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from agent.component import ComponentBase, component_class
+from agent.errors import (
+    Cancelled,
+    CanvasError,
+    ComponentError,
+    DSLError,
+    FormPause,
+    InputError,
+    LimitError,
+    SnapshotTooLarge,
+    UsageError,
+)
+from agent.forms import check_answers
+from agent.refs import Ref, descend, parse_ref
+from agent.stream import LazyText
+from agent.templates import check_template, render, render_stream, render_value
+
+log = logging.getLogger("agentcanvas.canvas")
+
+SNAPSHOT_VERSION = 1
+REQUIRED_KEYS = ("components", "path", "history", "retrieval")
+DEFAULT_GLOBALS = {"sys.query": "", "sys.user_id": "", "sys.conversation_turns": 0, "sys.files": []}
+_RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "turn")
+
+
+@dataclass
+class Limits:
+    """Per-canvas limits (DESIGN §11); the API fills them from its configuration."""
+
+    max_steps: int = 1000
+    max_seconds: float = 600.0
+    max_snapshot_bytes: int = 16 * 1024 * 1024
+    max_dsl_bytes: int = 4 * 1024 * 1024
+    max_components: int = 500
+    max_value_bytes: int = 64 * 1024
+    history_size: int = 100
+    retrieval_size: int = 20
+
+    @classmethod
+    def from_mapping(cls, values: dict | None) -> Limits:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (values or {}).items() if k in names})
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+def _migrate(dsl: dict) -> dict:
+    """Bring an older snapshot to :data:`SNAPSHOT_VERSION` (in place)."""
+    version = dsl.get("v", 0)
+    if not isinstance(version, int) or version > SNAPSHOT_VERSION:
+        raise DSLError(
+            f"snapshot format v={version!r} is newer than this agentcanvas understands "
+            f"(v{SNAPSHOT_VERSION}); upgrade agentcanvas"
+        )
+    if version < 1:
+        # v0 is a plain RAGFlow DSL: runtime keys may be missing; history may hold
+        # more than we keep. Nothing else changes shape.
+        dsl.setdefault("memory", [])
+        dsl.setdefault("globals", {})
+        dsl.setdefault("variables", {})
+        dsl["v"] = 1
+    return dsl
+
+
+class Canvas:
+    """A loaded canvas. See the module docstring.
+
+    Args:
+        dsl: the DSL or snapshot, as JSON text or a dict (the dict is copied).
+        limits: run and size limits; defaults to DESIGN §11's.
+        services: objects the host provides to components (e.g. ``"llm"``,
+            ``"memory_store"``); the runtime itself needs none.
+
+    Attributes:
+        cancel_check: a callable the run loop asks between components and between
+            streamed chunks; returning true cancels the run.
+        warnings: load-time warnings (e.g. unreachable components).
+    """
+
+    def __init__(
+        self, dsl: str | bytes | dict, *, limits: Limits | None = None, services: dict | None = None
+    ):
+        self.limits = limits or Limits()
+        self.services: dict[str, Any] = dict(services or {})
+        self.cancel_check: Callable[[], bool] | None = None
+        self.sleep: Callable[[float], None] = time.sleep
+        self.warnings: list[str] = []
+        self._load(dsl)
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, dsl: str | bytes | dict) -> None:
+        if isinstance(dsl, (str, bytes)):
+            if len(dsl) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
+                raise DSLError(f"the DSL is {len(dsl)} bytes; the limit is {self.limits.max_dsl_bytes}")
+            try:
+                dsl = json.loads(dsl)
+            except ValueError as e:
+                raise DSLError(f"the DSL is not valid JSON: {e}") from None
+        else:
+            dsl = copy.deepcopy(dsl)
+        if not isinstance(dsl, dict):
+            raise DSLError(f"the DSL must be a JSON object, got {type(dsl).__name__}")
+        if "dsl" in dsl and "components" not in dsl and isinstance(dsl["dsl"], dict):
+            dsl = dsl["dsl"]  # a RAGFlow export wraps the DSL with title etc.
+        missing = [k for k in REQUIRED_KEYS if k not in dsl]
+        if missing:
+            raise DSLError(f"the DSL lacks required key(s) {', '.join(map(repr, missing))}")
+        dsl = _migrate(dsl)
+        components = dsl["components"]
+        if not isinstance(components, dict):
+            raise DSLError("'components' must be an object of {id: component}")
+        if len(components) > self.limits.max_components:
+            raise DSLError(
+                f"the DSL has {len(components)} components; the limit is {self.limits.max_components}"
+            )
+        for key in ("path", "history", "retrieval"):
+            if not isinstance(dsl[key], list):
+                raise DSLError(f"{key!r} must be a list")
+        if not isinstance(dsl.get("globals"), dict):
+            raise DSLError("'globals' must be an object")
+        if not isinstance(dsl.get("variables"), dict):
+            raise DSLError("'variables' must be an object of {name: {type, value}}")
+
+        self.dsl = dsl
+        self.components: dict[str, ComponentBase] = {}
+        for cid, entry in components.items():
+            self.components[cid] = self._build_component(cid, entry)
+        if "begin" not in self.components:
+            raise DSLError("the DSL has no 'begin' component; every canvas starts at id 'begin'")
+        self._check_wiring()
+        self._check_references()
+        self._find_unreachable()
+
+        self.path: list[str] = dsl["path"]
+        for cid in self.path:
+            if cid not in self.components:
+                raise DSLError(f"'path' names unknown component {cid!r}")
+        self.history: list = dsl["history"]
+        self.retrieval: list = dsl["retrieval"]
+        self.memory: list = dsl.get("memory") or []
+        self.globals: dict = dsl["globals"]
+        for key, value in DEFAULT_GLOBALS.items():
+            self.globals.setdefault(key, copy.deepcopy(value))
+        for name, var in dsl["variables"].items():
+            if not isinstance(var, dict):
+                raise DSLError(f"variable {name!r} must be an object with 'type' and 'value'")
+            self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
+        self._restore_component_state(dsl.get("state") or {})
+        self.turn: dict | None = dsl.get("turn")
+
+    def _build_component(self, cid: str, entry: Any) -> ComponentBase:
+        if not isinstance(entry, dict) or not isinstance(entry.get("obj"), dict):
+            raise DSLError(f"{cid}: a component entry needs 'obj' with 'component_name' and 'params'")
+        name = entry["obj"].get("component_name")
+        cls = component_class(name) if isinstance(name, str) else None
+        if cls is None:
+            raise DSLError(
+                f"{cid}: unknown component type {name!r}; known types are listed by `agentcanvas components`"
+            )
+        params = entry["obj"].get("params") or {}
+        if not isinstance(params, dict):
+            raise DSLError(f"{cid}: 'params' must be an object")
+        for key in ("downstream", "upstream"):
+            if not isinstance(entry.get(key, []), list):
+                raise DSLError(f"{cid}: {key!r} must be a list of component ids")
+        param = cls.param_class().update(params)
+        try:
+            param.check_common()
+            param.check()
+        except ValueError as e:
+            raise DSLError(f"{cid}: {e}") from None
+        return cls(self, cid, param, entry)
+
+    def _check_wiring(self) -> None:
+        for cid, cpn in self.components.items():
+            for key in ("downstream", "upstream"):
+                for other in cpn.entry.get(key) or []:
+                    if other not in self.components:
+                        raise DSLError(
+                            f"{cid}: {key} names missing component {other!r}; add it or remove the link"
+                        )
+            for other in cpn.possible_next():
+                if other not in self.components:
+                    raise DSLError(f"{cid}: routes to missing component {other!r}")
+            parent = cpn.parent_id
+            if parent is not None and parent not in self.components:
+                raise DSLError(f"{cid}: parent_id names missing component {parent!r}")
+
+    def _check_references(self) -> None:
+        declared_env = {k for k in self.dsl["globals"] if k.startswith("env.")}
+        declared_env |= {f"env.{n}" for n in self.dsl["variables"]}
+        for cid, cpn in self.components.items():
+            for ref in cpn.references():
+                if ref.scope == "cpn" and ref.name not in self.components:
+                    raise DSLError(f"{cid}: reference {{{ref.text}}} names unknown component {ref.name!r}")
+                if ref.scope == "env" and ref.name not in declared_env:
+                    raise DSLError(
+                        f"{cid}: reference {{{ref.text}}} names undeclared variable {ref.name!r}; "
+                        f"declare it under 'variables'"
+                    )
+            for value in _strings(vars(cpn._param)):
+                try:
+                    check_template(value)
+                except DSLError as e:
+                    raise DSLError(f"{cid}: {e}") from None
+
+    def _find_unreachable(self) -> None:
+        children: dict[str, list[str]] = {}
+        for cid, cpn in self.components.items():
+            if cpn.parent_id:
+                children.setdefault(cpn.parent_id, []).append(cid)
+        seen, todo = set(), ["begin"]
+        while todo:
+            cid = todo.pop()
+            if cid in seen:
+                continue
+            seen.add(cid)
+            todo.extend(self.components[cid].possible_next())
+            todo.extend(children.get(cid, []))
+        for cid in self.components:
+            if cid not in seen:
+                message = f"{cid}: no path from 'begin' reaches this component"
+                self.warnings.append(message)
+                log.warning(message)
+
+    def _restore_component_state(self, state: dict) -> None:
+        for cid, st in state.items():
+            cpn = self.components.get(cid)
+            if cpn is None:
+                raise DSLError(f"snapshot state names unknown component {cid!r}")
+            cpn.outputs = dict(st.get("outputs") or {})
+            cpn.data = dict(st.get("data") or {})
+
+    # ------------------------------------------------------------------ snapshot
+    def to_dict(self) -> dict:
+        """The whole snapshot as a JSON-ready dict."""
+        out = dict(self.dsl)
+        out["v"] = SNAPSHOT_VERSION
+        out["path"] = self.path
+        out["history"] = self.history
+        out["retrieval"] = self.retrieval
+        out["memory"] = self.memory
+        out["globals"] = self.globals
+        state = {}
+        for cid, cpn in self.components.items():
+            st = {}
+            if cpn.outputs:
+                st["outputs"] = {
+                    k: (v.text if isinstance(v, LazyText) else v) for k, v in cpn.outputs.items()
+                }
+            if cpn.data:
+                st["data"] = cpn.data
+            if st:
+                state[cid] = st
+        out["state"] = state
+        if self.turn:
+            out["turn"] = self.turn
+        else:
+            out.pop("turn", None)
+        return out
+
+    def __str__(self) -> str:
+        text = json.dumps(self.to_dict(), ensure_ascii=False, default=str, separators=(",", ":"))
+        if len(text) > self.limits.max_snapshot_bytes:
+            raise SnapshotTooLarge(
+                f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
+                f"(lower history_size or the memory window, or raise max_snapshot_bytes)"
+            )
+        return text
+
+    def _runtime_state(self) -> str:
+        d = self.to_dict()
+        return json.dumps({k: d.get(k) for k in _RUNTIME_KEYS}, default=str)
+
+    def _restore_runtime_state(self, text: str) -> None:
+        d = json.loads(text)
+        self.path = d["path"]
+        self.history = d["history"]
+        self.retrieval = d["retrieval"]
+        self.memory = d["memory"]
+        self.globals = d["globals"]
+        self.turn = d.get("turn")
+        for cpn in self.components.values():
+            cpn.outputs, cpn.data = {}, {}
+        self._restore_component_state(d.get("state") or {})
+
+    def reset(self) -> None:
+        """Start a new conversation: path, history, outputs and variables back to the DSL's."""
+        self.path = []
+        self.history = []
+        self.retrieval = []
+        self.memory = []
+        self.turn = None
+        keep = {
+            k: v
+            for k, v in self.globals.items()
+            if k in ("sys.user_id", "sys.conversation_id", "sys.agent_id")
+        }
+        self.globals = copy.deepcopy(DEFAULT_GLOBALS)
+        self.globals.update(keep)
+        for key in self.dsl["globals"]:
+            if key.startswith("env."):
+                self.globals.setdefault(key, None)
+        for name, var in self.dsl["variables"].items():
+            self.globals[f"env.{name}"] = copy.deepcopy(var.get("value"))
+        for cpn in self.components.values():
+            cpn.reset()
+
+    # ------------------------------------------------------------------ values
+    def component(self, cid: str) -> ComponentBase:
+        return self.components[cid]
+
+    def get_value(self, ref: str | Ref) -> Any:
+        """Resolve a reference (a :class:`Ref`, or text with or without braces)."""
+        if isinstance(ref, str):
+            parsed = parse_ref(ref)
+            if parsed is None:
+                raise ComponentError(f"{ref!r} is not a reference like {{cpn@var}}, {{sys.x}} or {{env.x}}")
+            ref = parsed
+        if ref.scope == "cpn":
+            cpn = self.components.get(ref.name)
+            if cpn is None:
+                return None
+            value = cpn.outputs.get(ref.var)
+            if ref.path:
+                if isinstance(value, LazyText):
+                    value = value.text
+                return descend(value, ref.path)
+            return value
+        if ref.name == "sys.history":
+            value = [{"role": r, "content": c} for r, c in self.history]
+        else:
+            value = self.globals.get(ref.name)
+        return descend(value, ref.path) if ref.path else value
+
+    def set_value(self, ref: str | Ref, value: Any) -> None:
+        """Write a variable: ``env.x``, ``sys.x`` or a component output (no sub-path)."""
+        if isinstance(ref, str):
+            parsed = parse_ref(ref)
+            if parsed is None:
+                raise ComponentError(f"{ref!r} is not a reference to a variable")
+            ref = parsed
+        if ref.path:
+            raise ComponentError(f"cannot assign into {ref.text!r}; assign the whole variable")
+        if ref.scope == "cpn":
+            if ref.name not in self.components:
+                raise ComponentError(f"{ref.text!r} names unknown component {ref.name!r}")
+            self.components[ref.name].outputs[ref.var] = value
+        else:
+            self.globals[ref.name] = value
+
+    def variable_type(self, name: str) -> str | None:
+        """The declared type of conversation variable ``name`` (without ``env.``)."""
+        var = self.dsl["variables"].get(name)
+        return var.get("type") if isinstance(var, dict) else None
+
+    def render(self, template: Any) -> str:
+        return render(template, self.get_value)
+
+    def render_value(self, template: Any) -> Any:
+        return render_value(template, self.get_value)
+
+    def render_stream(self, template: Any) -> Iterator[str]:
+        return render_stream(template, self.get_value)
+
+    def add_usage(self, usage: dict | None) -> None:
+        """Add an LLM call's token usage to the running turn's total."""
+        if not usage or self.turn is None:
+            return
+        total = self.turn.setdefault("usage", {})
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            total[key] = int(total.get(key, 0)) + int(usage.get(key, 0) or 0)
+
+    # ------------------------------------------------------------------ forms
+    def pending_form(self) -> ComponentBase | None:
+        """The form component the run is paused at, if any (detected by type)."""
+        if self.path and self.turn:
+            cpn = self.components.get(self.path[0])
+            if cpn is not None and cpn.is_form and cpn.data.get("pending"):
+                return cpn
+        return None
+
+    # ------------------------------------------------------------------ running
+    def run(
+        self,
+        query: str = "",
+        user_id: str = "",
+        inputs: dict | None = None,
+        files: list | None = None,
+        **context: Any,
+    ) -> Iterator[dict]:
+        """Run one turn (or resume a paused form); yields the events of DESIGN §4.
+
+        Raises (before any state changes):
+            InputError: ``inputs`` do not fit the pending form (or Begin's form).
+            UsageError: ``inputs`` given with no form to take them.
+        """
+        pending = self.pending_form()
+        if pending is not None:
+            accepted, errors = check_answers(pending.form(), inputs, self.limits.max_value_bytes)
+            if errors:
+                raise InputError(_errors_message(pending.id, errors), errors)
+            return self._run(resume=pending, accepted=accepted)
+        accepted = {}
+        if inputs:
+            begin = self.components["begin"]
+            form = begin.form()
+            if not form:
+                raise UsageError("inputs were given but no form is pending and Begin declares no inputs")
+            accepted, errors = check_answers(form, inputs, self.limits.max_value_bytes)
+            if errors:
+                raise InputError(_errors_message("begin", errors), errors)
+        if query is not None and not isinstance(query, str):
+            raise UsageError(f"query must be text, got {type(query).__name__}")
+        return self._run(
+            resume=None, accepted=accepted, query=query or "", user_id=user_id, files=files, context=context
+        )
+
+    def _event(self, name: str, data: dict) -> dict:
+        event = {
+            "event": name,
+            "message_id": self.turn["message_id"] if self.turn else "",
+            "created_at": _now(),
+            "task_id": self.turn["task_id"] if self.turn else "",
+            "data": data,
+        }
+        if self.globals.get("sys.conversation_id"):
+            event["session_id"] = self.globals["sys.conversation_id"]
+        return event
+
+    def _start_turn(
+        self, query: str, user_id: str, files: list | None, accepted: dict, context: dict
+    ) -> None:
+        message_id = str(context.get("message_id") or uuid.uuid4())
+        self.turn = {
+            "message_id": message_id,
+            "task_id": str(context.get("task_id") or uuid.uuid4()),
+            "query": query,
+            "answer": "",
+            "usage": {},
+            "started_at": time.time(),
+        }
+        g = self.globals
+        turns = int(g.get("sys.conversation_turns") or 0) + 1
+        g["sys.query"] = query
+        if user_id:
+            g["sys.user_id"] = user_id
+        g["sys.files"] = list(files or [])
+        g["sys.conversation_turns"] = turns
+        g["sys.dialogue_count"] = turns
+        g["sys.date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        g["sys.message_id"] = message_id
+        for key in ("conversation_id", "agent_id", "invoke_from"):
+            if context.get(key):
+                g[f"sys.{key}"] = context[key]
+        g.setdefault("sys.invoke_from", "api")
+        begin = self.components["begin"]
+        if accepted:
+            begin.data["answers"] = {**begin.data.get("answers", {}), **accepted}
+        for cid, cpn in self.components.items():
+            if cid != "begin":
+                cpn.outputs = {}
+        self.path = ["begin"]
+
+    def _run(
+        self,
+        resume: ComponentBase | None,
+        accepted: dict,
+        query: str = "",
+        user_id: str = "",
+        files: list | None = None,
+        context: dict | None = None,
+    ) -> Iterator[dict]:
+        before = self._runtime_state()
+        started = time.monotonic()
+        if resume is None:
+            self._start_turn(query, user_id, files, accepted, context or {})
+            yield self._event("workflow_started", {"inputs": accepted, "query": query})
+        else:
+            resume.data.setdefault("answers", {}).update(accepted)
+            resume.data["resuming"] = True
+        steps = 0
+        i = 0
+        try:
+            while i < len(self.path):
+                self._check_limits(started, steps)
+                steps += 1
+                cid = self.path[i]
+                cpn = self.components[cid]
+                if cpn.is_form and not cpn.data.pop("resuming", False):
+                    cpn.start_form()
+                t0 = time.monotonic()
+                yield self._event("node_started", self._node_data(cpn, t0))
+                try:
+                    chunks = cpn.invoke()
+                    if chunks is not None:
+                        yield from self._stream(cpn, chunks, started)
+                except FormPause:
+                    self.path = self.path[i:]
+                    yield self._pause(cpn)
+                    return
+                data = self._node_data(cpn, t0)
+                data.update(
+                    inputs=cpn.inputs_seen,
+                    outputs=_jsonable(cpn.outputs),
+                    error=cpn.error,
+                    elapsed_time=round(time.monotonic() - t0, 6),
+                )
+                if cpn.usage:
+                    data["usage"] = cpn.usage
+                yield self._event("node_finished", data)
+                self._queue_next(cpn, i)
+                i += 1
+            yield from self._finish(started)
+        except Cancelled:
+            yield from self._end_failed(before, started, "cancelled", "the run was cancelled")
+        except (CanvasError, Exception) as e:  # noqa: BLE001 - a component failure never escapes run()
+            if not isinstance(e, CanvasError):
+                log.exception("unexpected error in canvas run")
+            yield from self._end_failed(before, started, "failed", str(e) or type(e).__name__, e)
+
+    def _node_data(self, cpn: ComponentBase, t0: float) -> dict:
+        return {
+            "component_id": cpn.id,
+            "component_name": cpn.id.split(":", 1)[-1] if ":" in cpn.id else cpn.id,
+            "component_type": cpn.component_name,
+            "created_at": _now(),
+        }
+
+    def _stream(self, cpn: ComponentBase, chunks: Iterator[str], started: float) -> Iterator[dict]:
+        parts = []
+        first = True
+        for chunk in chunks:
+            if not chunk:
+                continue
+            self._check_cancel()
+            self._check_time(started)
+            if first and self.turn["answer"]:
+                # Separate the answers of two Message components within one turn.
+                self.turn["answer"] += "\n\n"
+                yield self._event("message", {"content": "\n\n"})
+            first = False
+            parts.append(chunk)
+            self.turn["answer"] += chunk
+            yield self._event("message", {"content": chunk})
+        cpn.stream_done("".join(parts))
+
+    def _queue_next(self, cpn: ComponentBase, i: int) -> None:
+        nxt = cpn.next_ids()
+        if not nxt and cpn.parent_id and cpn._next is None:
+            parent = self.components[cpn.parent_id]
+            start = getattr(parent, "start_id", None)
+            nxt = [start()] if callable(start) and start() else []
+        pending = set(self.path[i + 1 :])
+        for nid in nxt:
+            if nid not in pending:
+                self.path.append(nid)
+                pending.add(nid)
+
+    def _check_cancel(self) -> None:
+        if self.cancel_check is not None and self.cancel_check():
+            raise Cancelled()
+
+    def _check_time(self, started: float) -> None:
+        if time.monotonic() - started > self.limits.max_seconds:
+            raise LimitError(f"the turn ran longer than {self.limits.max_seconds:g} s (limit max_seconds)")
+
+    def _check_limits(self, started: float, steps: int) -> None:
+        self._check_cancel()
+        self._check_time(started)
+        if steps >= self.limits.max_steps:
+            raise LimitError(
+                f"the turn ran {steps} components, the limit is {self.limits.max_steps} (max_steps); "
+                f"a loop may never end"
+            )
+
+    def _pause(self, cpn: ComponentBase) -> dict:
+        data = cpn.pause_data()
+        self._prune_outputs()
+        return self._event("user_inputs", data)
+
+    def _finish(self, started: float) -> Iterator[dict]:
+        turn = self.turn
+        answer = turn["answer"]
+        usage = turn.get("usage") or {}
+        self.history.append(["user", turn["query"]])
+        self.history.append(["assistant", answer])
+        overflow = len(self.history) - self.limits.history_size
+        if overflow > 0:
+            del self.history[:overflow]
+        self.path = []
+        for cid, cpn in self.components.items():
+            if cid != "begin":
+                cpn.outputs = {}
+                cpn.data = {}
+        end = {"content": answer}
+        if usage:
+            end["usage"] = usage
+        finished = {
+            "status": "succeeded",
+            "outputs": {"content": answer},
+            "elapsed_time": round(time.monotonic() - started, 6),
+            "usage": usage,
+        }
+        events = [self._event("message_end", end), self._event("workflow_finished", finished)]
+        self.turn = None
+        yield from events
+
+    def _end_failed(
+        self, before: str, started: float, status: str, error: str, exc: BaseException | None = None
+    ) -> Iterator[dict]:
+        turn = self.turn
+        self._restore_runtime_state(before)
+        paused_turn, self.turn = self.turn, turn
+        try:
+            data = {
+                "status": status,
+                "error": error,
+                "content": error,
+                "outputs": {},
+                "elapsed_time": round(time.monotonic() - started, 6),
+                "usage": (turn or {}).get("usage") or {},
+            }
+            if exc is not None:
+                data["error_type"] = type(exc).__name__
+            yield self._event("workflow_finished", data)
+        finally:
+            self.turn = paused_turn
+
+    def _prune_outputs(self) -> None:
+        """Keep only the outputs that components still on the pending path may read."""
+        reachable, todo = set(), list(self.path)
+        while todo:
+            cid = todo.pop()
+            if cid in reachable:
+                continue
+            reachable.add(cid)
+            cpn = self.components[cid]
+            todo.extend(cpn.possible_next())
+            todo.extend(c for c, o in self.components.items() if o.parent_id == cid)
+            if cpn.parent_id:
+                todo.append(cpn.parent_id)
+        needed = {"begin"} | reachable
+        for cid in reachable:
+            needed.update(r.name for r in self.components[cid].references() if r.scope == "cpn")
+        for cid, cpn in self.components.items():
+            if cid not in needed:
+                cpn.outputs = {}
+
+
+def _errors_message(cid: str, errors: dict[str, str]) -> str:
+    detail = "; ".join(f"{k}: {v}" for k, v in errors.items())
+    return f"{cid}: the form answers were rejected ({detail}); nothing was changed"
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _jsonable(value: Any) -> Any:
+    """Outputs for a ``node_finished`` event; a stream still being read is left out."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items() if not (isinstance(v, LazyText) and not v.done)}
+    if isinstance(value, LazyText):
+        return value.text
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value

@@ -1,0 +1,241 @@
+"""Base classes every component builds on.
+
+A component type is a :class:`ComponentBase` subclass with a ``...Param`` class
+(defaults in ``__init__``, validation in ``check()``) and an ``_invoke()``. The public
+:meth:`ComponentBase.invoke` does the bookkeeping every type shares: clearing the
+previous outputs, retries, ``exception_method`` handling and timing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from agent.errors import Cancelled, ComponentError, FormPause
+from agent.refs import Ref, find_refs, parse_ref
+
+if TYPE_CHECKING:
+    from agent.canvas import Canvas
+
+
+class ComponentParamBase:
+    """Params shared by every component (RAGFlow's common params).
+
+    Subclasses set their own defaults in ``__init__`` after calling ``super()`` and
+    validate in :meth:`check`, raising ``ValueError`` with a message that says what to
+    fix; the loader adds the component id. Params the class does not know are kept as
+    attributes too (RAGFlow's editor writes extra ones), never rejected.
+    """
+
+    def __init__(self) -> None:
+        self.inputs: Any = {}
+        self.outputs: Any = {}
+        self.description = ""
+        self.max_retries = 0
+        self.delay_after_error = 2.0
+        self.exception_method: str | None = None
+        self.exception_default_value: Any = None
+        self.exception_goto: list[str] | None = None
+
+    def update(self, conf: dict) -> ComponentParamBase:
+        for key, value in conf.items():
+            setattr(self, key, copy.deepcopy(value))
+        return self
+
+    def check(self) -> None:
+        """Validate; raise ``ValueError`` naming the param and the fix."""
+
+    def check_common(self) -> None:
+        self.check_nonnegative_int("max_retries")
+        self.check_number("delay_after_error", minimum=0)
+        method = self.exception_method
+        if method not in (None, "", "comment", "goto", "default"):
+            raise ValueError(f"exception_method {method!r} is not one of none, 'comment', 'goto'")
+        if method == "goto":
+            goto = self.exception_goto
+            if not goto or not isinstance(goto, list):
+                raise ValueError("exception_method 'goto' needs exception_goto, a list of component ids")
+
+    # Small validators used by the subclasses' check().
+    def check_nonnegative_int(self, name: str, maximum: int | None = None) -> None:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number ≥ 0, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"{name} must be at most {maximum}, got {value!r}")
+
+    def check_number(self, name: str, minimum: float | None = None, maximum: float | None = None) -> None:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise ValueError(f"{name} must be ≥ {minimum}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"{name} must be ≤ {maximum}, got {value!r}")
+
+    def check_choice(self, name: str, choices: tuple | list) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise ValueError(f"{name} {value!r} is not one of {', '.join(map(repr, choices))}")
+
+    def check_list(self, name: str, allow_empty: bool = True) -> None:
+        value = getattr(self, name)
+        if not isinstance(value, list) or (not allow_empty and not value):
+            raise ValueError(f"{name} must be a {'non-empty ' if not allow_empty else ''}list, got {value!r}")
+
+
+class ComponentBase:
+    """One node of a canvas.
+
+    Class attributes:
+        component_name: the DSL's ``component_name`` (matched case-insensitively).
+        param_class: the ``...Param`` class.
+        bare_ref_params: names of params holding a bare reference (no braces).
+        is_form: the component may pause the run for user input.
+
+    Instance state that survives a snapshot: ``outputs`` (what references read) and
+    ``data`` (the component's own bookkeeping, e.g. a form's partial answers).
+    """
+
+    component_name: ClassVar[str] = ""
+    param_class: ClassVar[type[ComponentParamBase]] = ComponentParamBase
+    bare_ref_params: ClassVar[tuple[str, ...]] = ()
+    is_form: ClassVar[bool] = False
+
+    def __init__(self, canvas: Canvas, cpn_id: str, param: ComponentParamBase, entry: dict):
+        self._canvas = canvas
+        self.id = cpn_id
+        self._param = param
+        self.entry = entry  # the DSL entry: downstream, upstream, parent_id
+        self.outputs: dict[str, Any] = {}
+        self.data: dict[str, Any] = {}
+        self.inputs_seen: dict[str, Any] = {}
+        self.usage: dict[str, int] | None = None
+        self._next: list[str] | None = None
+        self.error: str | None = None
+
+    # -- wiring -----------------------------------------------------------------------
+    @property
+    def downstream(self) -> list[str]:
+        return list(self.entry.get("downstream") or [])
+
+    @property
+    def upstream(self) -> list[str]:
+        return list(self.entry.get("upstream") or [])
+
+    @property
+    def parent_id(self) -> str | None:
+        return self.entry.get("parent_id") or None
+
+    def possible_next(self) -> list[str]:
+        """Every id this component may route to (for reachability checks)."""
+        ids = list(self.downstream)
+        if self._param.exception_method == "goto":
+            ids += list(self._param.exception_goto or [])
+        return ids
+
+    def next_ids(self) -> list[str]:
+        """Where the run goes after this component ran (``_next`` when it chose)."""
+        return list(self._next) if self._next is not None else self.downstream
+
+    def references(self) -> list[Ref]:
+        """Every reference in the params, braced or bare (for load-time checks)."""
+        refs = find_refs(vars(self._param))
+        for name in self.bare_ref_params:
+            refs.extend(_bare_refs(getattr(self._param, name, None)))
+        return refs
+
+    # -- running ----------------------------------------------------------------------
+    def invoke(self, **kwargs: Any) -> Iterator[str] | None:
+        """Run once: retries, ``exception_method`` and timing around ``_invoke``.
+
+        Returns what ``_invoke`` returns: ``None``, or an iterator of text chunks the
+        canvas streams as ``message`` events.
+        """
+        self.outputs = {}
+        self.inputs_seen = {}
+        self.usage = None
+        self._next = None
+        self.error = None
+        attempts = int(self._param.max_retries or 0) + 1
+        for attempt in range(attempts):
+            try:
+                return self._invoke(**kwargs)
+            except (FormPause, Cancelled):
+                raise
+            except Exception as e:  # noqa: BLE001 - every failure is handled below
+                if attempt + 1 < attempts:
+                    self._canvas.sleep(float(self._param.delay_after_error or 0))
+                    continue
+                return self._handle_failure(e)
+        return None
+
+    def _handle_failure(self, e: Exception) -> None:
+        message = str(e) if isinstance(e, ComponentError) else f"{type(e).__name__}: {e}"
+        method = self._param.exception_method
+        if method == "goto":
+            self.error = message
+            self.outputs = {"_ERROR": message}
+            self._next = list(self._param.exception_goto or [])
+            return None
+        if method in ("comment", "default"):
+            self.error = message
+            self.outputs = {"_ERROR": message, "content": self._param.exception_default_value}
+            return None
+        if isinstance(e, ComponentError):
+            raise e
+        raise ComponentError(f"{self.id}: {message}") from e
+
+    def _invoke(self, **kwargs: Any) -> Iterator[str] | None:
+        raise NotImplementedError
+
+    def output(self, key: str | None = None) -> Any:
+        return self.outputs if key is None else self.outputs.get(key)
+
+    def set_output(self, key: str, value: Any) -> None:
+        self.outputs[key] = value
+
+    def stream_done(self, text: str) -> None:
+        """Called by the canvas after it streamed this component's chunks."""
+        self.outputs["content"] = text
+
+    def reset(self) -> None:
+        """Forget outputs and bookkeeping (a new conversation)."""
+        self.outputs = {}
+        self.data = {}
+        self._next = None
+        self.error = None
+
+    # -- helpers for subclasses -------------------------------------------------------
+    def get_value(self, ref: str | Ref) -> Any:
+        value = self._canvas.get_value(ref)
+        return value
+
+    def render(self, template: Any) -> str:
+        return self._canvas.render(template)
+
+    def render_value(self, template: Any) -> Any:
+        return self._canvas.render_value(template)
+
+    def fail(self, message: str) -> ComponentError:
+        """An error naming this component, to ``raise``."""
+        return ComponentError(f"{self.id}: {message}")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+
+def _bare_refs(value: Any) -> list[Ref]:
+    out: list[Ref] = []
+    if isinstance(value, str):
+        ref = parse_ref(value)
+        if ref is not None:
+            out.append(ref)
+    elif isinstance(value, list):
+        for v in value:
+            out.extend(_bare_refs(v))
+    elif isinstance(value, dict):
+        for v in value.values():
+            out.extend(_bare_refs(v))
+    return out

@@ -1,0 +1,52 @@
+"""Begin: the start of every canvas (id ``begin``).
+
+Params: ``prologue`` (the greeting a new session shows), ``mode``
+(``conversational`` or ``task``) and ``inputs`` (an optional form). Begin's form
+answers come from ``Canvas.run(inputs=...)``; in task mode the client sends them on
+the first call. If a required field has no answer and no default the run pauses at
+Begin with a ``user_inputs`` event, like UserFillUp. Begin's answers hold for the
+whole conversation until new ones are sent: ``{begin@field}`` reads them.
+"""
+
+from __future__ import annotations
+
+from agent.component import register
+from agent.component.base import ComponentParamBase
+from agent.component.form_base import FormComponent
+from agent.forms import normalize_form
+
+
+class BeginParam(ComponentParamBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.prologue = ""
+        self.mode = "conversational"
+
+    def check(self) -> None:
+        if self.mode in ("", None):
+            self.mode = "conversational"
+        self.check_choice("mode", ("conversational", "task", "Webhook", "webhook"))
+        if not isinstance(self.prologue, str):
+            raise ValueError(f"prologue must be text, got {self.prologue!r}")
+        normalize_form(self.inputs, "inputs")
+
+
+@register
+class Begin(FormComponent):
+    component_name = "Begin"
+    param_class = BeginParam
+
+    def start_form(self) -> None:
+        # Begin's answers are the conversation's inputs: they outlive the turn.
+        self.data.pop("pending", None)
+        self.data.pop("asked", None)
+
+    def _invoke(self, **kwargs) -> None:
+        self.collect()
+
+    def prologue(self) -> str:
+        return self.render(self._param.prologue) if self._param.prologue else ""
+
+    @property
+    def mode(self) -> str:
+        return self._param.mode

@@ -1,0 +1,53 @@
+"""What Begin and UserFillUp share: a form that can pause the run (DESIGN §5).
+
+Bookkeeping in ``data`` (kept in the snapshot while paused):
+``answers`` (accepted, converted values), ``pending`` (paused here), ``asked``
+(the whole form was already shown once, so a later pause lists only what is missing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.component.base import ComponentBase
+from agent.errors import FormPause
+from agent.forms import final_values, missing_required, normalize_form, public_form
+
+
+class FormComponent(ComponentBase):
+    is_form = True
+
+    def form(self) -> dict[str, dict]:
+        return normalize_form(self._param.inputs, self.id)
+
+    def start_form(self) -> None:
+        """Reached afresh (not resumed): earlier answers are never reused."""
+        self.data.pop("answers", None)
+        self.data.pop("pending", None)
+        self.data.pop("asked", None)
+
+    def collect(self) -> dict[str, Any]:
+        """Outputs from the answers, or pause if a required field is still missing."""
+        form = self.form()
+        answers = self.data.get("answers") or {}
+        if missing_required(form, answers):
+            self.data["pending"] = True
+            raise FormPause(self.id)
+        self.data.pop("pending", None)
+        self.data.pop("asked", None)
+        values = final_values(form, answers)
+        for key, value in values.items():
+            self.set_output(key, value)
+        self.inputs_seen = dict(answers)
+        return values
+
+    def tips(self) -> str:
+        return ""
+
+    def pause_data(self) -> dict:
+        form = self.form()
+        answers = self.data.get("answers") or {}
+        only = missing_required(form, answers) if self.data.get("asked") else None
+        self.data["asked"] = True
+        tips = self.tips()
+        return {"component_id": self.id, "inputs": public_form(form, only), "tips": tips, "content": tips}

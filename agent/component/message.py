@@ -1,0 +1,47 @@
+"""Message: the answer shown to the user.
+
+Params: ``content``, a list of templates (one is picked per run; a single string is
+accepted too) with references and optional jinja2 syntax; ``stream`` (kept for
+RAGFlow compatibility: the canvas always streams Message output as ``message``
+events). A referenced LLM answer that is still streaming is streamed through as
+its chunks arrive.
+
+The pick among several templates is random but reproducible: it is seeded by the
+conversation turn and the component id, so replaying a snapshot gives the same pick.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from agent.component import register
+from agent.component.base import ComponentBase, ComponentParamBase
+
+
+class MessageParam(ComponentParamBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.content: list[str] | str = []
+        self.stream = True
+
+    def check(self) -> None:
+        if isinstance(self.content, str):
+            self.content = [self.content]
+        if not isinstance(self.content, list) or not all(isinstance(c, str) for c in self.content):
+            raise ValueError("content must be a list of text templates")
+
+
+@register
+class Message(ComponentBase):
+    component_name = "Message"
+    param_class = MessageParam
+
+    def _invoke(self, **kwargs) -> Iterator[str] | None:
+        options = self._param.content
+        if not options:
+            self.set_output("content", "")
+            return None
+        seed = f"{self._canvas.globals.get('sys.conversation_turns')}:{self.id}"
+        template = options[0] if len(options) == 1 else random.Random(seed).choice(options)
+        return self._canvas.render_stream(template)
