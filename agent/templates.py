@@ -38,7 +38,7 @@ def _compile(template: str):
 
     def placeholder(m) -> str:
         refs.append(m.group(1))
-        return "{{ __ref[%d] }}" % (len(refs) - 1)
+        return "{{ __ref[" + str(len(refs) - 1) + "] }}"
 
     source = REF_RE.sub(placeholder, template)
     try:
