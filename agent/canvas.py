@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from agent.component import ComponentBase, component_class
+from agent.component import ComponentBase, component_class, component_names
 from agent.errors import (
     Cancelled,
     CanvasError,
@@ -192,7 +192,7 @@ class Canvas:
         cls = component_class(name) if isinstance(name, str) else None
         if cls is None:
             raise DSLError(
-                f"{cid}: unknown component type {name!r}; known types are listed by `agentcanvas components`"
+                f"{cid}: unknown component type {name!r}; known types: {', '.join(component_names())}"
             )
         params = entry["obj"].get("params") or {}
         if not isinstance(params, dict):
