@@ -44,10 +44,17 @@ class FormComponent(ComponentBase):
     def tips(self) -> str:
         return ""
 
-    def pause_data(self) -> dict:
+    def pause_form(self) -> dict[str, dict]:
+        """The fields being asked: the whole form at first, then only the missing ones."""
         form = self.form()
         answers = self.data.get("answers") or {}
-        only = missing_required(form, answers) if self.data.get("asked") else None
+        if self.data.get("asked") and answers:
+            return public_form(form, missing_required(form, answers))
+        return public_form(form)
+
+    def pause_data(self) -> dict:
+        """The ``user_inputs`` event's data for this pause."""
+        fields = self.pause_form()
         self.data["asked"] = True
         tips = self.tips()
-        return {"component_id": self.id, "inputs": public_form(form, only), "tips": tips, "content": tips}
+        return {"component_id": self.id, "inputs": fields, "tips": tips, "content": tips}
