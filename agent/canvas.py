@@ -529,9 +529,7 @@ class Canvas:
                 t0 = time.monotonic()
                 yield self._event("node_started", self._node_data(cpn, t0))
                 try:
-                    chunks = cpn.invoke()
-                    if chunks is not None:
-                        yield from self._stream(cpn, chunks, started)
+                    yield from self._invoke(cpn, started)
                 except FormPause:
                     self.path = self.path[i:]
                     yield self._pause(cpn)
@@ -564,8 +562,30 @@ class Canvas:
             "created_at": _now(),
         }
 
-    def _stream(self, cpn: ComponentBase, chunks: Iterator[str], started: float) -> Iterator[dict]:
-        parts = []
+    def _invoke(self, cpn: ComponentBase, started: float) -> Iterator[dict]:
+        """Run one component, streaming its chunks; a stream that fails before its
+        first chunk is retried like any failure, after that ``exception_method`` applies."""
+        attempts = int(cpn._param.max_retries or 0) + 1
+        for attempt in range(attempts):
+            chunks = cpn.invoke()
+            if chunks is None:
+                return
+            parts: list[str] = []
+            try:
+                yield from self._stream(cpn, chunks, started, parts)
+                return
+            except (Cancelled, LimitError, FormPause):
+                raise
+            except Exception as e:  # noqa: BLE001 - handed to the component's policy
+                if not parts and attempt + 1 < attempts:
+                    self.sleep(float(cpn._param.delay_after_error or 0))
+                    continue
+                cpn.handle_failure(e)
+                return
+
+    def _stream(
+        self, cpn: ComponentBase, chunks: Iterator[str], started: float, parts: list[str]
+    ) -> Iterator[dict]:
         first = True
         for chunk in chunks:
             if not chunk:

@@ -168,10 +168,11 @@ class ComponentBase:
                 if attempt + 1 < attempts:
                     self._canvas.sleep(float(self._param.delay_after_error or 0))
                     continue
-                return self._handle_failure(e)
+                return self.handle_failure(e)
         return None
 
-    def _handle_failure(self, e: Exception) -> None:
+    def handle_failure(self, e: Exception) -> None:
+        """Apply ``exception_method`` to a failure, or raise it as a ``ComponentError``."""
         message = str(e) if isinstance(e, ComponentError) else f"{type(e).__name__}: {e}"
         method = self._param.exception_method
         if method == "goto":
