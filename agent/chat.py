@@ -139,3 +139,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
             break
     _save(canvas, args.state)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

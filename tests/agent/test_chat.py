@@ -1,0 +1,70 @@
+"""``agentcanvas run``: the terminal chat, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.agent.test_forms import form_dsl
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def chat(*args, stdin=""):
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.chat", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    return proc
+
+
+def test_greeting_chat_streams_answers_until_end_of_input():
+    proc = chat("samples/greeting.json", stdin="hello\nagain\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Hi! I'm the greeting agent.")
+    assert "You said: hello" in proc.stdout and "You said: again" in proc.stdout
+
+
+def test_form_fields_are_asked_one_by_one_and_retyped_until_valid(tmp_path):
+    dsl = tmp_path / "form.json"
+    dsl.write_text(
+        json.dumps(form_dsl(content=["{UserFillUp:F@name} is {UserFillUp:F@age}, plan {UserFillUp:F@plan}"]))
+    )
+    # name, age (wrong, then right), plan (wrong, then right), then the optional fields left empty.
+    answers = "go\nAnn\nforty\n41\ngold\npro\n\n\n\n\n"
+    proc = chat(str(dsl), stdin=answers)
+    assert proc.returncode == 0, proc.stderr
+    assert "expected an integer, got 'forty'" in proc.stdout
+    assert "'gold' is not one of the options" in proc.stdout
+    assert "Ann is 41, plan pro" in proc.stdout
+
+
+def test_state_file_makes_each_invocation_one_turn(tmp_path):
+    dsl = tmp_path / "form.json"
+    dsl.write_text(
+        json.dumps(form_dsl(form={"x": {"name": "X", "type": "integer"}}, content=["x is {UserFillUp:F@x}"]))
+    )
+    state = tmp_path / "state.json"
+    first = chat(str(dsl), "--state", str(state), "--query", "start")
+    assert first.returncode == 0, first.stderr
+    assert "Hello start, please fill in" in first.stdout
+    assert json.loads(state.read_text())["path"] == ["UserFillUp:F"]
+    second = chat(str(dsl), "--state", str(state), stdin="12\n")
+    assert "x is 12" in second.stdout
+    snapshot = json.loads(state.read_text())
+    assert snapshot["path"] == [] and snapshot["globals"]["sys.conversation_turns"] == 1
+
+
+def test_a_broken_dsl_file_is_reported_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"components": {}, "path": [], "history": [], "retrieval": []}')
+    proc = chat(str(bad))
+    assert proc.returncode == 2
+    assert "error: the DSL has no 'begin' component" in proc.stderr
+    assert "Traceback" not in proc.stderr
