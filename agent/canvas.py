@@ -126,6 +126,9 @@ class Canvas:
 
     # ------------------------------------------------------------------ loading
     def _load(self, dsl: str | bytes | dict) -> None:
+        # The text a canvas was loaded from is the rollback point of its first run,
+        # so a turn that succeeds never pays for a copy of the state.
+        self._pristine: str | bytes | None = dsl if isinstance(dsl, (str, bytes)) else None
         if isinstance(dsl, (str, bytes)):
             if len(dsl) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
                 raise DSLError(f"the DSL is {len(dsl)} bytes; the limit is {self.limits.max_dsl_bytes}")
@@ -174,7 +177,13 @@ class Canvas:
                 raise DSLError(f"'path' names unknown component {cid!r}")
         self.history: list = dsl["history"]
         self.retrieval: list = dsl["retrieval"]
-        self.memory: list = dsl.get("memory") or []
+        # Per-node conversation memory {node_id: [entries]} (agent/memory.py). RAGFlow
+        # writes a list of its own tool-call summaries here; nothing of it carries over.
+        memory = dsl.get("memory")
+        self.memory: dict = memory if isinstance(memory, dict) else {}
+        # Keyed-memory writes of this turn {(node_id, key): [entries]}; the host
+        # commits them with the turn (agent/memory.py). Never part of the snapshot.
+        self.memory_writes: dict = {}
         self.globals: dict = dsl["globals"]
         for key, value in DEFAULT_GLOBALS.items():
             self.globals.setdefault(key, copy.deepcopy(value))
@@ -305,12 +314,17 @@ class Canvas:
             )
         return text
 
-    def _runtime_state(self) -> str:
+    def _runtime_state(self) -> str | bytes:
+        """A rollback point: the loaded text if nothing ran since, else a dump."""
+        if self._pristine is not None:
+            return self._pristine
         d = self.to_dict()
         return json.dumps({k: d.get(k) for k in _RUNTIME_KEYS}, default=str)
 
-    def _restore_runtime_state(self, text: str) -> None:
+    def _restore_runtime_state(self, text: str | bytes) -> None:
         d = json.loads(text)
+        if "state" not in d and "components" in d:
+            d["state"] = {}
         self.path = d["path"]
         self.history = d["history"]
         self.retrieval = d["retrieval"]
@@ -326,7 +340,8 @@ class Canvas:
         self.path = []
         self.history = []
         self.retrieval = []
-        self.memory = []
+        self.memory = {}
+        self.memory_writes = {}
         self.turn = None
         keep = {
             k: v
@@ -509,7 +524,9 @@ class Canvas:
         context: dict | None = None,
     ) -> Iterator[dict]:
         before = self._runtime_state()
+        self._pristine = None
         started = time.monotonic()
+        self.memory_writes = {}
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
             yield self._event("workflow_started", {"inputs": accepted, "query": query})
@@ -668,6 +685,7 @@ class Canvas:
     ) -> Iterator[dict]:
         turn = self.turn
         self._restore_runtime_state(before)
+        self.memory_writes = {}  # a failed turn commits no keyed memory either
         paused_turn, self.turn = self.turn, turn
         try:
             data = {
