@@ -184,15 +184,20 @@ class Canvas:
         # Keyed-memory writes of this turn {(node_id, key): [entries]}; the host
         # commits them with the turn (agent/memory.py). Never part of the snapshot.
         self.memory_writes: dict = {}
-        self.globals: dict = dsl["globals"]
-        for key, value in DEFAULT_GLOBALS.items():
-            self.globals.setdefault(key, copy.deepcopy(value))
         for name, var in dsl["variables"].items():
             if not isinstance(var, dict):
                 raise DSLError(f"variable {name!r} must be an object with 'type' and 'value'")
-            self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
+        self.globals: dict = dsl["globals"]
+        self._default_globals()
         self._restore_component_state(dsl.get("state") or {})
         self.turn: dict | None = dsl.get("turn")
+
+    def _default_globals(self) -> None:
+        """Fill in the ``sys.*`` defaults and the declared variables' initial values."""
+        for key, value in DEFAULT_GLOBALS.items():
+            self.globals.setdefault(key, copy.deepcopy(value))
+        for name, var in self.dsl["variables"].items():
+            self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
 
     def _build_component(self, cid: str, entry: Any) -> ComponentBase:
         if not isinstance(entry, dict) or not isinstance(entry.get("obj"), dict):
@@ -323,13 +328,15 @@ class Canvas:
 
     def _restore_runtime_state(self, text: str | bytes) -> None:
         d = json.loads(text)
-        if "state" not in d and "components" in d:
-            d["state"] = {}
+        if "dsl" in d and "components" not in d:
+            d = d["dsl"]
         self.path = d["path"]
         self.history = d["history"]
         self.retrieval = d["retrieval"]
-        self.memory = d["memory"]
-        self.globals = d["globals"]
+        memory = d.get("memory")
+        self.memory = memory if isinstance(memory, dict) else {}
+        self.globals = d.get("globals") or {}
+        self._default_globals()
         self.turn = d.get("turn")
         for cpn in self.components.values():
             cpn.outputs, cpn.data = {}, {}

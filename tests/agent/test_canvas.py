@@ -383,3 +383,15 @@ def test_old_format_is_migrated_and_reset_starts_over():
     assert canvas.history == [] and canvas.path == []
     assert canvas.globals["sys.conversation_turns"] == 0
     assert canvas.globals["env.n"] == 3
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_first_turn_failure_restores_a_canvas_loaded_from_text(wrapped):
+    dsl = greeting("{{ ''.__class__ }}")
+    text = json.dumps({"title": "t", "dsl": dsl} if wrapped else dsl)
+    fresh = str(Canvas(text))
+    canvas = Canvas(text)
+    assert list(canvas.run(query="q"))[-1]["data"]["status"] == "failed"
+    assert str(canvas) == fresh
+    assert list(canvas.run(query="q"))[-1]["data"]["status"] == "failed"
+    assert str(canvas) == fresh
