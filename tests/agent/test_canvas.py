@@ -387,7 +387,7 @@ def test_old_format_is_migrated_and_reset_starts_over():
 
 @pytest.mark.parametrize("wrapped", [False, True])
 def test_first_turn_failure_restores_a_canvas_loaded_from_text(wrapped):
-    dsl = greeting("{{ ''.__class__ }}")
+    dsl = greeting("{{ ''.__class__.__mro__ }}")
     text = json.dumps({"title": "t", "dsl": dsl} if wrapped else dsl)
     fresh = str(Canvas(text))
     canvas = Canvas(text)
