@@ -158,8 +158,7 @@ class Canvas:
                 raise DSLError(f"{key!r} must be a list")
         if not isinstance(dsl.get("globals"), dict):
             raise DSLError("'globals' must be an object")
-        if not isinstance(dsl.get("variables"), dict):
-            raise DSLError("'variables' must be an object of {name: {type, value}}")
+        self.variables = _declared_variables(dsl.get("variables"))
 
         self.dsl = dsl
         self.components: dict[str, ComponentBase] = {}
@@ -184,9 +183,6 @@ class Canvas:
         # Keyed-memory writes of this turn {(node_id, key): [entries]}; the host
         # commits them with the turn (agent/memory.py). Never part of the snapshot.
         self.memory_writes: dict = {}
-        for name, var in dsl["variables"].items():
-            if not isinstance(var, dict):
-                raise DSLError(f"variable {name!r} must be an object with 'type' and 'value'")
         self.globals: dict = dsl["globals"]
         self._default_globals()
         self._restore_component_state(dsl.get("state") or {})
@@ -196,7 +192,7 @@ class Canvas:
         """Fill in the ``sys.*`` defaults and the declared variables' initial values."""
         for key, value in DEFAULT_GLOBALS.items():
             self.globals.setdefault(key, copy.deepcopy(value))
-        for name, var in self.dsl["variables"].items():
+        for name, var in self.variables.items():
             self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
 
     def _build_component(self, cid: str, entry: Any) -> ComponentBase:
@@ -239,7 +235,7 @@ class Canvas:
 
     def _check_references(self) -> None:
         declared_env = {k for k in self.dsl["globals"] if k.startswith("env.")}
-        declared_env |= {f"env.{n}" for n in self.dsl["variables"]}
+        declared_env |= {f"env.{n}" for n in self.variables}
         for cid, cpn in self.components.items():
             for ref in cpn.references():
                 if ref.scope == "cpn" and ref.name not in self.components:
@@ -360,7 +356,7 @@ class Canvas:
         for key in self.dsl["globals"]:
             if key.startswith("env."):
                 self.globals.setdefault(key, None)
-        for name, var in self.dsl["variables"].items():
+        for name, var in self.variables.items():
             self.globals[f"env.{name}"] = copy.deepcopy(var.get("value"))
         for cpn in self.components.values():
             cpn.reset()
@@ -410,7 +406,7 @@ class Canvas:
 
     def variable_type(self, name: str) -> str | None:
         """The declared type of conversation variable ``name`` (without ``env.``)."""
-        var = self.dsl["variables"].get(name)
+        var = self.variables.get(name)
         return var.get("type") if isinstance(var, dict) else None
 
     def render(self, template: Any) -> str:
@@ -728,6 +724,26 @@ class Canvas:
         for cid, cpn in self.components.items():
             if cid not in needed:
                 cpn.outputs = {}
+
+
+def _declared_variables(variables: Any) -> dict[str, dict]:
+    """``variables`` as ``{name: {type, value}}``; RAGFlow also writes a list of
+    ``{name, type, value}`` (or an empty list). The DSL keeps its own shape."""
+    if variables is None or variables == []:
+        return {}
+    if isinstance(variables, list):
+        out = {}
+        for i, var in enumerate(variables):
+            if not isinstance(var, dict) or not var.get("name"):
+                raise DSLError(f"variables[{i}] must be an object with 'name', 'type' and 'value'")
+            out[var["name"]] = var
+        return out
+    if not isinstance(variables, dict):
+        raise DSLError("'variables' must be an object of {name: {type, value}}")
+    for name, var in variables.items():
+        if not isinstance(var, dict):
+            raise DSLError(f"variable {name!r} must be an object with 'type' and 'value'")
+    return variables
 
 
 def _errors_message(cid: str, errors: dict[str, str]) -> str:

@@ -395,3 +395,14 @@ def test_first_turn_failure_restores_a_canvas_loaded_from_text(wrapped):
     assert str(canvas) == fresh
     assert list(canvas.run(query="q"))[-1]["data"]["status"] == "failed"
     assert str(canvas) == fresh
+
+
+def test_variables_may_be_ragflows_list_shape_and_keep_it():
+    dsl = greeting("n={env.n}")
+    dsl["variables"] = [{"name": "n", "type": "number", "value": 4}]
+    canvas = Canvas(dsl)
+    assert answer(events_of(canvas, query="")) == "n=4"
+    assert canvas.variable_type("n") == "number"
+    assert json.loads(str(canvas))["variables"] == dsl["variables"]
+    dsl["variables"] = []
+    assert Canvas(dsl).variables == {}
