@@ -1,0 +1,394 @@
+"""VariableAssigner: change conversation variables and component outputs.
+
+Params (RAGFlow's)::
+
+    variables: [{"variable": "env.count", "operator": "+=", "parameter": 1}, ...]
+
+``variable`` is a bare reference to what is written (``env.x``, or a component output
+``Cpn:X@name``; not ``sys.*``, which the runtime owns). ``parameter`` is a literal
+(number, list, object, text), a reference (``{begin@x}`` or bare ``begin@x``) whose raw
+value is used, or text with ``{references}`` that is rendered. A bare string is read
+as a reference when it names ``sys.``/``env.`` or a component id that has a ``:``
+(``Type:Name``), ``begin``, or any component of the canvas; so ``"bob@example.com"``
+stays text.
+
+Items run in order (a later item sees what an earlier one wrote). The type of a target
+is its declared type when it is a conversation variable with a ``type`` under
+``variables``, else the type of its current value; the rules are Dify's:
+
+==============  =================================================================
+overwrite       any type; the value must have the variable's type
+clear           the type's empty value: ``""``, ``0``, ``false``, ``{}``, ``[]``
+set             string, number, boolean, object: text is converted to the type
+                (``"42"`` → 42, ``"true"``, JSON text for objects)
+append          arrays; the value must have the element type
+extend          arrays; the value must be a list of the element type
+remove_first    arrays; an empty array stays empty
+remove_last     arrays; an empty array stays empty
++= -= *= /=     numbers; the value is a number or numeric text; ``/= 0`` fails
+==============  =================================================================
+
+A target with no value and no declared type takes any value (``append`` starts a
+list). An arithmetic result of two whole numbers that is whole stays whole (``6 /= 3``
+gives 2). A bad operation fails the component with an error naming the item and the
+variable, and undoes the items of this run that were already written (so
+``exception_method`` never leaves half an assignment behind).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from agent.component import register
+from agent.component.base import ComponentBase, ComponentParamBase
+from agent.refs import Ref, find_refs, parse_ref, to_text
+from agent.stream import LazyText
+
+OPERATORS = (
+    "overwrite",
+    "clear",
+    "set",
+    "append",
+    "extend",
+    "remove_first",
+    "remove_last",
+    "+=",
+    "-=",
+    "*=",
+    "/=",
+)
+NO_PARAMETER = ("clear", "remove_first", "remove_last")
+ARITHMETIC = ("+=", "-=", "*=", "/=")
+SCALAR_KINDS = ("string", "number", "boolean", "object")
+_KIND_NAMES = {
+    "string": "string",
+    "str": "string",
+    "text": "string",
+    "secret": "string",
+    "number": "number",
+    "integer": "number",
+    "int": "number",
+    "float": "number",
+    "boolean": "boolean",
+    "bool": "boolean",
+    "object": "object",
+    "dict": "object",
+    "json": "object",
+    "any": "any",
+    "file": "any",
+}
+_ARRAY_RE = re.compile(r"^(?:array|list)\s*(?:[<\[]\s*([a-z]+)\s*[>\]])?$")
+
+
+class VariableType:
+    """A variable's type: ``kind`` is string/number/boolean/object/array/any;
+    arrays also have an ``element`` kind (``any`` when not constrained).
+    """
+
+    def __init__(self, kind: str, element: str | None = None):
+        self.kind = kind
+        self.element = element
+
+    def __str__(self) -> str:
+        return f"array<{self.element}>" if self.kind == "array" else self.kind
+
+
+def parse_type(declared: Any) -> VariableType | None:
+    """Read a declared type: ``number``, ``array<string>``, Dify's ``array[string]``...
+
+    Returns ``None`` for a type this module does not know.
+    """
+    if declared in (None, ""):
+        return VariableType("any")
+    if not isinstance(declared, str):
+        return None
+    text = declared.strip().lower()
+    if text in _KIND_NAMES:
+        return VariableType(_KIND_NAMES[text])
+    m = _ARRAY_RE.match(text)
+    if m is None:
+        return None
+    element = _KIND_NAMES.get(m.group(1) or "any")
+    return VariableType("array", element) if element else None
+
+
+def type_of_value(value: Any) -> VariableType:
+    """The type a value has (``any`` for ``None``; lists are ``array<any>``)."""
+    if isinstance(value, bool):
+        return VariableType("boolean")
+    if isinstance(value, (int, float)):
+        return VariableType("number")
+    if isinstance(value, str):
+        return VariableType("string")
+    if isinstance(value, dict):
+        return VariableType("object")
+    if isinstance(value, (list, tuple)):
+        return VariableType("array", "any")
+    return VariableType("any")
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "any":
+        return True
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "object":
+        return isinstance(value, dict)
+    return False
+
+
+def value_fits(vtype: VariableType, value: Any) -> bool:
+    """Whether ``value`` has type ``vtype`` (array elements checked too)."""
+    if vtype.kind == "array":
+        return isinstance(value, list) and all(_fits(vtype.element or "any", v) for v in value)
+    return _fits(vtype.kind, value)
+
+
+def empty_value(vtype: VariableType) -> Any:
+    """What ``clear`` leaves: the type's empty value (``None`` for an untyped target)."""
+    return {"string": "", "number": 0, "boolean": False, "object": {}, "array": []}.get(vtype.kind)
+
+
+def describe(value: Any) -> str:
+    """A value for an error message: its type and a short repr."""
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{type_of_value(value)} {shown}" if value is not None else "nothing (None)"
+
+
+class AssignError(ValueError):
+    """An operation does not fit the variable or the value; the message says why."""
+
+
+def _number(value: Any, what: str) -> int | float:
+    if isinstance(value, bool):
+        raise AssignError(f"{what} must be a number, got {describe(value)}")
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        for convert in (int, float):
+            try:
+                number = convert(text)
+            except ValueError:
+                continue
+            if math.isfinite(number):
+                return number
+    raise AssignError(f"{what} must be a number, got {describe(value)}")
+
+
+def _from_text(vtype: VariableType, value: Any) -> Any:
+    """``set``: convert text to the variable's type."""
+    kind = vtype.kind
+    if kind == "string":
+        return to_text(value)
+    if not isinstance(value, str):
+        return value
+    if kind == "number":
+        return _number(value, "the value")
+    if kind == "boolean":
+        text = value.strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise AssignError(f"the value must be true or false, got {value!r}")
+    if kind == "object":
+        try:
+            parsed = json.loads(value)
+        except ValueError as e:
+            raise AssignError(f"the value must be a JSON object, got {value!r} ({e})") from None
+        return parsed
+    return value
+
+
+def _arithmetic(operator: str, current: Any, value: Any) -> int | float:
+    left = _number(current, "the variable's value") if current is not None else None
+    if left is None:
+        raise AssignError(f"{operator} needs a number in the variable, which holds nothing (None)")
+    right = _number(value, "the value")
+    if operator == "+=":
+        result = left + right
+    elif operator == "-=":
+        result = left - right
+    elif operator == "*=":
+        result = left * right
+    else:
+        if right == 0:
+            raise AssignError("/= by zero; the value must not be 0")
+        result = left / right
+        if isinstance(left, int) and isinstance(right, int) and result.is_integer():
+            result = int(result)
+    if not math.isfinite(result):
+        raise AssignError(f"{left!r} {operator[0]} {right!r} is too large to store")
+    return result
+
+
+def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any) -> Any:
+    """The new value of a variable of type ``vtype`` holding ``current``.
+
+    Raises:
+        AssignError: the operation does not apply to the type, or ``value`` does not fit.
+    """
+    if operator == "clear":
+        return empty_value(vtype)
+    if operator in ARITHMETIC:
+        if vtype.kind not in ("number", "any"):
+            raise AssignError(f"{operator} works on numbers; the variable is a {vtype}")
+        return _arithmetic(operator, current, value)
+    if operator in ("append", "extend", "remove_first", "remove_last"):
+        if vtype.kind == "any" and current is None:
+            vtype = VariableType("array", "any")
+        if vtype.kind != "array":
+            raise AssignError(f"{operator} works on arrays; the variable is a {vtype}")
+        items = list(current) if isinstance(current, (list, tuple)) else []
+        if operator == "remove_first":
+            return items[1:]
+        if operator == "remove_last":
+            return items[:-1]
+        element = VariableType(vtype.element or "any")
+        if operator == "append":
+            if not value_fits(element, value):
+                raise AssignError(f"append needs a {element} element, got {describe(value)}")
+            return [*items, value]
+        if not isinstance(value, list):
+            raise AssignError(f"extend needs a list, got {describe(value)}")
+        if not value_fits(vtype, value):
+            raise AssignError(f"extend needs a list of {element} elements, got {describe(value)}")
+        return items + value
+    if operator == "set":
+        if vtype.kind not in (*SCALAR_KINDS, "any"):
+            raise AssignError(
+                f"set works on {', '.join(SCALAR_KINDS)}; for a {vtype} use overwrite or extend"
+            )
+        value = _from_text(vtype, value)
+    if not value_fits(vtype, value):
+        raise AssignError(f"{operator} needs a {vtype} value, got {describe(value)}")
+    return value
+
+
+def _looks_like_ref(text: str, known: Any = ()) -> Ref | None:
+    """The reference a bare parameter names, or ``None`` if it is plain text."""
+    ref = parse_ref(text)
+    if ref is None or ref.scope != "cpn":
+        return ref
+    if ":" in ref.name or ref.name == "begin" or ref.name in known:
+        return ref
+    return None
+
+
+class VariableAssignerParam(ComponentParamBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.variables: list[dict] = []
+
+    def check(self) -> None:
+        if not isinstance(self.variables, list):
+            raise ValueError("variables must be a list of {variable, operator, parameter}")
+        for number, item in enumerate(self.variables, 1):
+            where = f"item {number}"
+            if not isinstance(item, dict):
+                raise ValueError(f"{where} must be an object with 'variable', 'operator' and 'parameter'")
+            variable = item.get("variable")
+            ref = parse_ref(variable) if isinstance(variable, str) else None
+            if ref is None:
+                raise ValueError(
+                    f"{where}: variable {variable!r} is not a reference like 'env.count' or 'Cpn:Name@out'"
+                )
+            if ref.scope == "sys":
+                raise ValueError(
+                    f"{where}: {variable!r} is set by the runtime and cannot be assigned; "
+                    f"declare a conversation variable under 'variables' and assign env.<name>"
+                )
+            if ref.path:
+                raise ValueError(f"{where}: cannot assign into {variable!r}; assign the whole variable")
+            operator = item.get("operator")
+            if operator not in OPERATORS:
+                raise ValueError(
+                    f"{where} ({variable}): unknown operator {operator!r}; use one of {', '.join(OPERATORS)}"
+                )
+            parameter = item.get("parameter")
+            if operator in NO_PARAMETER:
+                continue
+            if parameter is None:
+                raise ValueError(f"{where} ({variable}): operator {operator!r} needs a 'parameter'")
+            if operator in ARITHMETIC and not _maybe_ref(parameter):
+                try:
+                    number = _number(parameter, f"the parameter of {operator}")
+                except AssignError as e:
+                    raise ValueError(f"{where} ({variable}): {e}") from None
+                if operator == "/=" and number == 0:
+                    raise ValueError(f"{where} ({variable}): /= by zero; the parameter must not be 0")
+
+
+def _maybe_ref(parameter: Any) -> bool:
+    """Whether a parameter may hold a reference (so its value is known only at run time)."""
+    return isinstance(parameter, str) and (parse_ref(parameter) is not None or bool(find_refs(parameter)))
+
+
+@register
+class VariableAssigner(ComponentBase):
+    component_name = "VariableAssigner"
+    param_class = VariableAssignerParam
+
+    def references(self) -> list[Ref]:
+        refs = super().references()
+        for item in self._param.variables:
+            refs.append(parse_ref(item["variable"]))
+            parameter = item.get("parameter")
+            if item["operator"] not in NO_PARAMETER and isinstance(parameter, str):
+                ref = _looks_like_ref(parameter)
+                if ref is not None:
+                    refs.append(ref)
+        return refs
+
+    def _invoke(self, **kwargs: Any) -> None:
+        written: list[tuple[str, Any]] = []
+        try:
+            for number, item in enumerate(self._param.variables, 1):
+                variable, operator = item["variable"], item["operator"]
+                current = self._read(variable)
+                value = None if operator in NO_PARAMETER else self._parameter(item.get("parameter"))
+                vtype = self._type_of(variable, current)
+                try:
+                    new = apply_operator(operator, vtype, current, value)
+                except AssignError as e:
+                    raise self.fail(f"item {number} ({variable} {operator}): {e}") from None
+                self.inputs_seen[variable] = value if operator not in NO_PARAMETER else None
+                written.append((variable, current))
+                self._canvas.set_value(variable, new)
+        except Exception:
+            for variable, old in reversed(written):
+                self._canvas.set_value(variable, old)
+            raise
+
+    def _read(self, variable: str) -> Any:
+        value = self.get_value(variable)
+        return value.text if isinstance(value, LazyText) else value
+
+    def _parameter(self, parameter: Any) -> Any:
+        if isinstance(parameter, str):
+            ref = _looks_like_ref(parameter, self._canvas.components)
+            value = self.get_value(ref) if ref is not None else self.render_value(parameter)
+            return value.text if isinstance(value, LazyText) else value
+        return parameter
+
+    def _type_of(self, variable: str, current: Any) -> VariableType:
+        ref = parse_ref(variable)
+        if ref is not None and ref.scope == "env":
+            declared = self._canvas.variable_type(ref.name[len("env.") :])
+            if declared not in (None, ""):
+                vtype = parse_type(declared)
+                if vtype is None:
+                    raise self.fail(
+                        f"variable {ref.name[4:]!r} declares unknown type {declared!r}; use string, "
+                        f"number, boolean, object or array<string|number|boolean|object>"
+                    )
+                return vtype
+        return type_of_value(current)
