@@ -10,158 +10,34 @@ Params:
 The first condition that holds picks the next components (``_next``, also an output);
 ``and`` needs every item to hold, ``or`` one of them.
 
-Comparison rules. They live here as :func:`compare` and are shared with the filters of
-ListOperations and DataOperations, so one operator means the same everywhere:
-
-* ``contains`` / ``not contains``: in text, a case-insensitive substring; in a list, an
-  element equal to the value (compared as text, case-insensitively); in an object, a key.
-* ``start with`` / ``end with``: case-insensitive, on the text form of the left value.
-* ``empty`` / ``not empty``: ``None``, ``""``, ``[]`` and ``{}`` are empty; ``0`` and
-  ``false`` are values, not empty.
-* ``=`` / ``≠`` (also ``!=``): when the left value is a number the right one is read as a
-  number, and a right value that is not a number is simply not equal (no error); a
-  boolean compares with ``true``/``false``; anything else compares as text, exactly.
-* ``>`` ``<`` ``≥`` ``≤`` (also ``>=`` ``<=``): both sides as numbers (numeric text
-  counts). If either side is not a number the condition is **false** — never an error —
-  except that two texts compare as text (so ISO dates order correctly), as RAGFlow does.
+Comparison rules: see :mod:`agent.conditions` (shared with Loop and the filters of
+ListOperations and DataOperations, so one operator means the same everywhere).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.refs import Ref, parse_ref, to_text
-from agent.stream import LazyText
-
-OPERATORS = (
-    "contains",
-    "not contains",
-    "start with",
-    "end with",
-    "empty",
-    "not empty",
-    "=",
-    "≠",
-    ">",
-    "<",
-    "≥",
-    "≤",
+from agent.conditions import (  # noqa: F401 - re-exported: other components import them from here
+    LOGICAL_OPERATORS,
+    OPERATORS,
+    canonical_operator,
+    combine,
+    compare,
+    is_empty,
+    operator_error,
+    to_number,
 )
-_ALIASES = {"!=": "≠", ">=": "≥", "<=": "≤"}
-_ORDERING = {
-    ">": lambda a, b: a > b,
-    "<": lambda a, b: a < b,
-    "≥": lambda a, b: a >= b,
-    "≤": lambda a, b: a <= b,
-}
-
-
-def canonical_operator(operator: Any) -> str | None:
-    """The operator's canonical spelling (``"!="`` → ``"≠"``), or ``None`` if unknown."""
-    if not isinstance(operator, str):
-        return None
-    op = operator.strip()
-    op = _ALIASES.get(op, op)
-    return op if op in OPERATORS else None
-
-
-def operator_error(operator: Any) -> str:
-    """The message for an unknown comparison operator."""
-    return f"unknown operator {operator!r}; use one of {', '.join(map(repr, OPERATORS))}"
-
-
-def to_number(value: Any) -> int | float | None:
-    """``value`` as a finite number (numbers and numeric text), else ``None``; booleans are not numbers."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value if math.isfinite(value) else None
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        try:
-            number = float(text)
-        except ValueError:
-            return None
-        return number if math.isfinite(number) else None
-    return None
-
-
-def is_empty(value: Any) -> bool:
-    """``None``, ``""``, ``[]`` and ``{}`` are empty; ``0`` and ``False`` are not."""
-    return value is None or (isinstance(value, (str, list, tuple, dict)) and len(value) == 0)
+from agent.refs import Ref, parse_ref
+from agent.stream import LazyText
 
 
 def read_ref(component: ComponentBase, ref: str | Ref) -> Any:
     """A reference's value, with a still-streaming answer read whole."""
     value = component.get_value(ref)
     return value.text if isinstance(value, LazyText) else value
-
-
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    return None
-
-
-def _equal(left: Any, right: Any) -> bool:
-    if isinstance(left, bool):
-        return _as_bool(right) is left
-    if isinstance(left, (int, float)):
-        number = to_number(right)
-        return number is not None and left == number
-    if left is None:
-        return right is None or right == ""
-    if isinstance(right, str) and not isinstance(left, str):
-        return to_text(left) == right
-    return left == right
-
-
-def compare(left: Any, operator: str, right: Any) -> bool:
-    """Whether ``left <operator> right`` holds, by the rules in the module docstring.
-
-    Args:
-        left: the variable's value.
-        operator: a canonical operator (see :func:`canonical_operator`).
-        right: the value to compare with (text, or a raw value from a reference).
-    """
-    if operator == "empty":
-        return is_empty(left)
-    if operator == "not empty":
-        return not is_empty(left)
-    if operator == "=":
-        return _equal(left, right)
-    if operator == "≠":
-        return not _equal(left, right)
-    if operator in ("contains", "not contains"):
-        needle = to_text(right).lower()
-        if isinstance(left, (list, tuple)):
-            found = any(to_text(item).lower() == needle for item in left)
-        elif isinstance(left, dict):
-            found = to_text(right) in left
-        else:
-            found = needle in to_text(left).lower()
-        return found if operator == "contains" else not found
-    if operator == "start with":
-        return to_text(left).lower().startswith(to_text(right).lower())
-    if operator == "end with":
-        return to_text(left).lower().endswith(to_text(right).lower())
-    if operator in _ORDERING:
-        a, b = to_number(left), to_number(right)
-        if a is not None and b is not None:
-            return _ORDERING[operator](a, b)
-        if isinstance(left, str) and isinstance(right, str) and a is None and b is None:
-            return _ORDERING[operator](left, right)
-        return False
-    raise ValueError(operator_error(operator))
 
 
 def id_list(value: Any, what: str) -> list[str]:
@@ -186,7 +62,7 @@ class SwitchParam(ComponentParamBase):
             if not isinstance(cond, dict):
                 raise ValueError(f"{where} must be an object with 'logical_operator', 'items' and 'to'")
             logic = cond.get("logical_operator") or "and"
-            if logic not in ("and", "or"):
+            if logic not in LOGICAL_OPERATORS:
                 raise ValueError(f"{where}: logical_operator {logic!r} is not 'and' or 'or'")
             cond["logical_operator"] = logic
             items = cond.get("items")
@@ -241,8 +117,7 @@ class Switch(ComponentBase):
         chosen = list(self._param.end_cpn_ids)
         for cond in self._param.conditions:
             results = (self._holds(item) for item in cond["items"])
-            holds = all(results) if cond["logical_operator"] == "and" else any(results)
-            if holds:
+            if combine(results, cond["logical_operator"]):
                 chosen = list(cond["to"])
                 break
         self._next = chosen
