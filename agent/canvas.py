@@ -153,9 +153,12 @@ class Canvas:
             raise DSLError(
                 f"the DSL has {len(components)} components; the limit is {self.limits.max_components}"
             )
-        for key in ("path", "history", "retrieval"):
+        for key in ("path", "history"):
             if not isinstance(dsl[key], list):
                 raise DSLError(f"{key!r} must be a list")
+        if not isinstance(dsl["retrieval"], (list, dict)):
+            # RAGFlow writes a list, or {"chunks": [], "doc_aggs": []}.
+            raise DSLError("'retrieval' must be a list or an object")
         if not isinstance(dsl.get("globals"), dict):
             raise DSLError("'globals' must be an object")
         self.variables = _declared_variables(dsl.get("variables"))
@@ -175,7 +178,7 @@ class Canvas:
             if cid not in self.components:
                 raise DSLError(f"'path' names unknown component {cid!r}")
         self.history: list = dsl["history"]
-        self.retrieval: list = dsl["retrieval"]
+        self.retrieval: list | dict = dsl["retrieval"]
         # Per-node conversation memory {node_id: [entries]} (agent/memory.py). RAGFlow
         # writes a list of its own tool-call summaries here; nothing of it carries over.
         memory = dsl.get("memory")
