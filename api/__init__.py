@@ -1,0 +1,59 @@
+"""The REST API: ``create_app(config=None)`` builds the Flask app.
+
+Configuration is layered: :data:`api.config.DEFAULTS`, then ``conf/service_conf.yaml``
+with ``AGENTCANVAS_*`` overrides (:func:`agent.settings.load_settings`), then the
+``config`` dict (tests pass one). The database is opened and its schema brought up to
+date here, so every process that builds the app can serve at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from agent.settings import load_settings
+from api import config as app_config
+from api.blueprints import register_all
+from api.db import db, init_database
+from api.errors import TooLarge, reply_for
+
+
+def create_app(config: dict[str, Any] | None = None) -> Flask:
+    """Build the app (see the module docstring for where settings come from)."""
+    app = Flask(__name__)
+    app.config.from_mapping(app_config.DEFAULTS)
+    app_config.merge(app.config, app_config.from_settings(load_settings()))
+    if config:
+        app_config.merge(app.config, config)
+    app_config.check(app.config)
+    app.json.sort_keys = False
+    app.json.ensure_ascii = False
+
+    init_database(app.config["DATABASE_URL"], int(app.config["DB_MAX_CONNECTIONS"]))
+
+    # Imported here: the turn service needs the configured app.
+    from api.services.turns import TurnService
+
+    app.extensions["agentcanvas.turns"] = TurnService(app.config)
+
+    @app.teardown_appcontext
+    def _release_connection(exc: BaseException | None) -> None:
+        if not db.is_closed():
+            db.close()
+
+    @app.errorhandler(Exception)
+    def _error(exc: Exception):  # noqa: ANN202 - a Flask handler
+        if isinstance(exc, RequestEntityTooLarge):
+            exc = TooLarge(
+                f"the request body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes "
+                f"(limit limits.max_body_bytes)"
+            )
+        elif isinstance(exc, HTTPException) and exc.code and exc.code < 400:
+            return exc
+        body, status = reply_for(exc)
+        return body, status
+
+    register_all(app)
+    return app

@@ -1,0 +1,38 @@
+"""Bearer-token authentication for the REST blueprints.
+
+``Authorization: Bearer <api token>`` (a bare token without ``Bearer`` is accepted,
+as RAGFlow does). The caller's tenant id ends up in ``flask.g.tenant_id``.
+"""
+
+from __future__ import annotations
+
+from flask import g, request
+
+from api.errors import AuthError
+from api.services.tokens import tenant_for_token
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "").strip()
+    if not header:
+        return None
+    parts = header.split()
+    if len(parts) == 2 and parts[0].lower() == "bearer":
+        return parts[1]
+    if len(parts) == 1:
+        return parts[0]
+    return None
+
+
+def require_api_token() -> None:
+    """``before_request`` hook: refuse the request unless it carries a valid API token."""
+    token = bearer_token()
+    if not token:
+        raise AuthError(
+            "missing API token: send 'Authorization: Bearer <token>' "
+            "(make one with `agentcanvas token create`)"
+        )
+    tenant = tenant_for_token(token, "api")
+    if tenant is None:
+        raise AuthError("the API token is not valid (revoked, mistyped, or an embed token)")
+    g.tenant_id = tenant

@@ -1,0 +1,92 @@
+"""The app's configuration: defaults, then ``conf/`` and ``AGENTCANVAS_*``, then a dict.
+
+Flask-style upper-case keys. ``conf/service_conf.yaml`` (read with the environment
+overrides by :func:`agent.settings.load_settings`) maps onto them like this:
+
+========================  =====================================
+key                       from
+========================  =====================================
+``DATABASE_URL``          ``database.url``
+``LEASE_SECONDS``         ``server.lease_seconds``
+``CANCEL_POLL_SECONDS``   ``server.cancel_poll_seconds``
+``DB_MAX_CONNECTIONS``    ``server.db_max_connections``
+``MAX_CONTENT_LENGTH``    ``limits.max_body_bytes``
+``PAGE_SIZE``             ``limits.page_size``
+``LIMITS``                ``limits`` (the fields of :class:`agent.canvas.Limits`)
+``SETTINGS``              everything, for services that read other sections
+========================  =====================================
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agent.canvas import Limits
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE_URL": "sqlite:///data/agentcanvas.db",
+    "DB_MAX_CONNECTIONS": 32,
+    # How long a turn's claim on a session lasts without renewal; a crashed worker's
+    # session is free again after this.
+    "LEASE_SECONDS": 30,
+    # How often a running turn looks at the database for a cancel request.
+    "CANCEL_POLL_SECONDS": 0.5,
+    "MAX_CONTENT_LENGTH": 16 * 1024 * 1024,
+    "PAGE_SIZE": 100,
+    "LIMITS": {},
+    "SETTINGS": {},
+    # Objects handed to every Canvas as ``services`` (e.g. an LLM client factory).
+    "SERVICES": {},
+}
+
+_FROM_SETTINGS = {
+    "DATABASE_URL": ("database", "url"),
+    "LEASE_SECONDS": ("server", "lease_seconds"),
+    "CANCEL_POLL_SECONDS": ("server", "cancel_poll_seconds"),
+    "DB_MAX_CONNECTIONS": ("server", "db_max_connections"),
+    "MAX_CONTENT_LENGTH": ("limits", "max_body_bytes"),
+    "PAGE_SIZE": ("limits", "page_size"),
+}
+
+
+def from_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The app keys found in ``load_settings()``'s result."""
+    out: dict[str, Any] = {"SETTINGS": copy.deepcopy(settings)}
+    for key, (section, name) in _FROM_SETTINGS.items():
+        value = (settings.get(section) or {}).get(name)
+        if value not in (None, ""):
+            out[key] = value
+    limits = settings.get("limits") or {}
+    if isinstance(limits, dict):
+        out["LIMITS"] = dict(limits)
+    return out
+
+
+def merge(config: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Apply ``overrides`` onto ``config``; ``LIMITS`` and ``SETTINGS`` merge key by key."""
+    for key, value in overrides.items():
+        if key in ("LIMITS", "SETTINGS", "SERVICES") and isinstance(value, dict):
+            config[key] = {**(config.get(key) or {}), **value}
+        else:
+            config[key] = value
+
+
+def check(config: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming a setting that cannot work."""
+    for key in (
+        "LEASE_SECONDS",
+        "CANCEL_POLL_SECONDS",
+        "MAX_CONTENT_LENGTH",
+        "PAGE_SIZE",
+        "DB_MAX_CONNECTIONS",
+    ):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"setting {key} must be a positive number, got {value!r}")
+    if not isinstance(config.get("LIMITS"), dict):
+        raise ValueError(f"setting LIMITS must be a mapping of limit names, got {config.get('LIMITS')!r}")
+
+
+def canvas_limits(config: dict[str, Any]) -> Limits:
+    return Limits.from_mapping(config.get("LIMITS"))

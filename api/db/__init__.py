@@ -1,0 +1,53 @@
+"""Storage: peewee models bound late to SQLite or MySQL (see :mod:`api.db.database`)."""
+
+from __future__ import annotations
+
+from api.db.database import (
+    bind_database,
+    db,
+    ensure_mysql_database,
+    is_sqlite,
+    open_database,
+    write_transaction,
+)
+from api.db.migrations import setup_schema
+from api.db.models import (
+    Agent,
+    AgentVersion,
+    ApiToken,
+    MessageLog,
+    SchemaVersion,
+    Session,
+    Tenant,
+    new_id,
+    now_ms,
+)
+
+
+def init_database(url: str, max_connections: int = 32) -> None:
+    """Open ``url``, bind the models to it and bring the schema up to date."""
+    database = open_database(url, max_connections=max_connections)
+    ensure_mysql_database(database)
+    bind_database(database)
+    with db.connection_context():
+        setup_schema()
+
+
+__all__ = [
+    "Agent",
+    "AgentVersion",
+    "ApiToken",
+    "MessageLog",
+    "SchemaVersion",
+    "Session",
+    "Tenant",
+    "bind_database",
+    "db",
+    "init_database",
+    "is_sqlite",
+    "new_id",
+    "now_ms",
+    "open_database",
+    "setup_schema",
+    "write_transaction",
+]

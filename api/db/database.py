@@ -1,0 +1,177 @@
+"""Opening the database named by a URL, and the late-bound handle the models use.
+
+``sqlite:///data/agentcanvas.db`` (a relative path is taken from the project root,
+so every command finds the same file whatever its working directory) or
+``mysql://user:password@host:3306/dbname`` (``mariadb://`` is accepted as a synonym).
+Both are connection pools. SQLite runs in WAL mode with a busy timeout; MySQL
+connections are checked on check-out and a connection dropped mid-use is reconnected,
+retrying the statement only when that is safe (a read outside a transaction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+from peewee import Database, DatabaseProxy, InterfaceError, MySQLDatabase, OperationalError
+from playhouse.db_url import parse as parse_db_url
+from playhouse.pool import PooledMySQLDatabase, PooledSqliteDatabase
+from playhouse.shortcuts import ReconnectMixin
+
+from agent.settings import PROJECT_ROOT
+
+#: The handle every model is bound to; :func:`bind_database` points it at a real one.
+db = DatabaseProxy()
+
+_READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
+
+
+class _SafeReconnectMixin(ReconnectMixin):
+    """Reconnect after a dropped connection; retry only reads.
+
+    peewee's ``ReconnectMixin`` retries every statement outside a transaction. An
+    ``UPDATE`` whose connection dropped may already have been applied, so running it
+    again is not safe: for writes we reconnect (so the thread's next statement works)
+    and let the error reach the caller.
+    """
+
+    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
+        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+        if verb in _READ_VERBS:
+            return super().execute_sql(sql, params)
+        try:
+            return super(ReconnectMixin, self).execute_sql(sql, params)
+        except (OperationalError, InterfaceError) as exc:
+            if not self.in_transaction() and self._is_reconnect_error(exc) and not self.is_closed():
+                self.close()
+            raise
+
+    def _is_reconnect_error(self, exc: Exception) -> bool:
+        text = str(exc).lower()
+        return any(frag in text for frag in self._reconnect_errors.get(type(exc), ()))
+
+
+class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
+    """Pooled MySQL/MariaDB through pymysql, reconnecting dropped connections."""
+
+
+class WalSqliteDatabase(PooledSqliteDatabase):
+    """Pooled SQLite in WAL mode; write transactions take the write lock up front."""
+
+
+def is_sqlite(database: Database | DatabaseProxy) -> bool:
+    target = database.obj if isinstance(database, DatabaseProxy) else database
+    return isinstance(target, PooledSqliteDatabase)
+
+
+def _sqlite_path(url: str) -> str:
+    path = urlparse(url).path
+    if path.startswith("/"):
+        path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
+    if not path or path == ":memory:":
+        raise ValueError(
+            f"database URL {url!r} names no file; use sqlite:///data/agentcanvas.db "
+            f"(in-memory databases are not shared between threads)"
+        )
+    file = Path(path)
+    if not file.is_absolute():
+        file = PROJECT_ROOT / file
+    file.parent.mkdir(parents=True, exist_ok=True)
+    return str(file)
+
+
+def open_database(url: str, max_connections: int = 32) -> Database:
+    """A pooled database for ``url``; nothing is connected yet.
+
+    Raises:
+        ValueError: the URL's scheme is not ``sqlite`` or ``mysql``/``mariadb``, or it
+            names no database.
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(
+            f"database URL {url!r} is not a URL; use sqlite:///data/agentcanvas.db or "
+            f"mysql://user:password@host:3306/dbname"
+        )
+    scheme = urlparse(url).scheme.lower()
+    if scheme in ("sqlite", "sqlite+pool"):
+        return WalSqliteDatabase(
+            _sqlite_path(url),
+            max_connections=max_connections,
+            stale_timeout=600,
+            timeout=30,
+            check_same_thread=False,
+            pragmas={
+                "journal_mode": "wal",
+                "synchronous": "normal",
+                "busy_timeout": 30000,
+                "foreign_keys": 1,
+            },
+        )
+    if scheme in ("mysql", "mysql+pool", "mariadb", "mysql+pymysql"):
+        kwargs = parse_db_url(url, unquote_password=True, unquote_user=True)
+        if "passwd" in kwargs:
+            kwargs["password"] = kwargs.pop("passwd")
+        name = kwargs.pop("database", "")
+        if not name:
+            raise ValueError(f"database URL {url!r} names no database; add it: mysql://host:3306/agentcanvas")
+        kwargs.setdefault("charset", "utf8mb4")
+        kwargs.setdefault("connect_timeout", 10)
+        return ReconnectingPooledMySQLDatabase(
+            name, max_connections=max_connections, stale_timeout=300, timeout=30, **kwargs
+        )
+    raise ValueError(
+        f"database URL {url!r} has unsupported scheme {scheme!r}; use sqlite:///path or mysql://host/db"
+    )
+
+
+def ensure_mysql_database(database: Database) -> None:
+    """Create the MySQL database the URL names if it does not exist yet.
+
+    Raises:
+        OperationalError: the server cannot be reached; the message says where.
+    """
+    if not isinstance(database, PooledMySQLDatabase):
+        return
+    params = dict(database.connect_params)
+    # information_schema exists on every MySQL-compatible server: a place to stand
+    # while creating the real database.
+    admin = MySQLDatabase("information_schema", **params)
+    quoted = "`" + database.database.replace("`", "``") + "`"
+    try:
+        admin.connect()
+        admin.execute_sql(f"CREATE DATABASE IF NOT EXISTS {quoted} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    except (OperationalError, InterfaceError) as exc:
+        host = f"{params.get('host', 'localhost')}:{params.get('port', 3306)}"
+        raise OperationalError(
+            f"cannot use MySQL database {database.database!r} at {host} as {params.get('user')!r}: {exc}; "
+            f"check AGENTCANVAS_DATABASE_URL and that the server is running"
+        ) from None
+    finally:
+        admin.close()
+
+
+def bind_database(database: Database) -> None:
+    """Point the models' handle at ``database`` (closing the previous pool)."""
+    previous = db.obj
+    if previous is not None and previous is not database:
+        with contextlib.suppress(Exception):
+            previous.close_all()
+    db.initialize(database)
+
+
+@contextlib.contextmanager
+def write_transaction() -> Iterator[None]:
+    """One transaction that writes. On SQLite it takes the write lock at ``BEGIN``.
+
+    A deferred SQLite transaction that reads first and writes later can fail with
+    "database is locked" when another writer got in between; ``BEGIN IMMEDIATE``
+    waits for the lock (busy timeout) instead.
+    """
+    if is_sqlite(db):
+        with db.atomic(lock_type="IMMEDIATE"):
+            yield
+    else:
+        with db.atomic():
+            yield

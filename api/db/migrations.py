@@ -1,0 +1,76 @@
+"""Schema set-up: an ordered list of migrations, recorded in ``schema_version``.
+
+:func:`setup_schema` runs at every start (``create_app``, the CLI) and applies the
+migrations not yet recorded, in order. Each migration must be idempotent (create
+only what is missing): two processes starting together on an empty database may both
+run it, and the loser of that race retries once the winner's work is visible.
+
+To change the schema, append ``(next number, "what", function)`` to
+:data:`MIGRATIONS`; never edit or reorder one that has shipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from peewee import Database, IntegrityError, OperationalError
+
+from api.db.database import db
+from api.db.models import (
+    Agent,
+    AgentVersion,
+    ApiToken,
+    MessageLog,
+    SchemaVersion,
+    Session,
+    Tenant,
+)
+
+log = logging.getLogger("agentcanvas.db")
+
+Migration = Callable[[Database], None]
+
+
+def _create_tables(database: Database) -> None:
+    # create_table(safe=True) skips a table that exists (and, on MySQL, its indexes).
+    for model in (Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog):
+        model.create_table(safe=True)
+
+
+#: (version, description, function), in the order they apply.
+MIGRATIONS: list[tuple[int, str, Migration]] = [
+    (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
+]
+
+
+def applied_versions() -> set[int]:
+    return {row.version for row in SchemaVersion.select(SchemaVersion.version)}
+
+
+def setup_schema(attempts: int = 5) -> int:
+    """Apply the pending migrations; returns the schema version now in force."""
+    for attempt in range(attempts):
+        try:
+            return _apply_pending()
+        except (OperationalError, IntegrityError) as exc:
+            # Another process is setting up the same database (duplicate index,
+            # duplicate version row): wait for it and look again.
+            if attempt + 1 == attempts:
+                raise
+            log.info("schema set-up raced with another process (%s); retrying", exc)
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _apply_pending() -> int:
+    SchemaVersion.create_table(safe=True)
+    done = applied_versions()
+    for version, name, migrate in MIGRATIONS:
+        if version in done:
+            continue
+        log.info("applying migration %d: %s", version, name)
+        migrate(db.obj)
+        SchemaVersion.insert(version=version, name=name).on_conflict_ignore().execute()
+    return max(v for v, _, _ in MIGRATIONS)

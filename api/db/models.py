@@ -1,0 +1,164 @@
+"""The tables.
+
+Ids are 32-character hex strings. Times are epoch milliseconds (RAGFlow's
+``create_time``/``update_time``). Rows refer to each other by id columns with
+indexes but without database foreign keys: deletes cascade in the services, inside
+one transaction, so the schema runs unchanged on MySQL-compatible distributed engines
+(TiDB, Vitess) whose foreign-key support varies.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from peewee import (
+    BigAutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    IntegerField,
+    Model,
+    TextField,
+)
+
+from api.db.database import db
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LongTextField(TextField):
+    """``LONGTEXT`` on MySQL (``TEXT`` holds only 64 KiB); plain text on SQLite."""
+
+    field_type = "LONGTEXT"
+
+
+class BaseModel(Model):
+    class Meta:
+        database = db
+        legacy_table_names = False
+
+
+class SchemaVersion(BaseModel):
+    """One row per applied migration (see :mod:`api.db.migrations`)."""
+
+    version = IntegerField(primary_key=True)
+    name = CharField(max_length=255)
+    applied_time = BigIntegerField(default=now_ms)
+
+
+class Tenant(BaseModel):
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    name = CharField(max_length=128, unique=True)
+    create_time = BigIntegerField(default=now_ms)
+
+
+class ApiToken(BaseModel):
+    """A bearer token, stored as its sha256; the plain token is shown once.
+
+    ``kind`` is ``api`` (the REST API) or ``embed`` (the embed routes only).
+    ``hint`` keeps the first characters so a list can tell tokens apart.
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32, index=True)
+    kind = CharField(max_length=16, default="api")
+    token_hash = CharField(max_length=64, unique=True)
+    hint = CharField(max_length=32)
+    create_time = BigIntegerField(default=now_ms)
+
+
+class Agent(BaseModel):
+    """An agent: its current DSL and the id of the version that holds it."""
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    title = CharField(max_length=255)
+    description = TextField(default="")
+    dsl = LongTextField()
+    version_id = CharField(max_length=32)
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "title"), True),)
+
+
+class AgentVersion(BaseModel):
+    """A saved DSL of an agent; sessions are pinned to one."""
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    agent_id = CharField(max_length=32)
+    number = IntegerField()
+    title = CharField(max_length=255)
+    dsl = LongTextField()
+    create_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("agent_id", "number"), True),)
+
+
+class Session(BaseModel):
+    """One conversation: the whole canvas state as one snapshot, plus coordination.
+
+    ``version`` grows by one with every committed write of the row's state; writes
+    are conditional on it. ``lease_owner``/``lease_expires`` mark the turn running
+    now (see :mod:`api.services.turns`); ``status`` is ``running`` while a turn holds
+    the lease, else ``idle`` or ``paused`` (a form waits: ``pending_form``).
+    ``round`` counts the turns that completed or paused (one user message each in
+    the message log).
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    agent_id = CharField(max_length=32)
+    agent_version_id = CharField(max_length=32)
+    name = CharField(max_length=255, default="")
+    user_id = CharField(max_length=255, default="")
+    source = CharField(max_length=16, default="api")
+    snapshot = LongTextField()
+    version = BigIntegerField(default=1)
+    status = CharField(max_length=16, default="idle")
+    pending_form = CharField(max_length=255, null=True)
+    lease_owner = CharField(max_length=64, null=True)
+    lease_expires = BigIntegerField(default=0)
+    cancel_requested = BooleanField(default=False)
+    task_id = CharField(max_length=64, null=True, index=True)
+    round = IntegerField(default=0)
+    prompt_tokens = BigIntegerField(default=0)
+    completion_tokens = BigIntegerField(default=0)
+    total_tokens = BigIntegerField(default=0)
+    last_error = TextField(null=True)
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = (
+            (("agent_id", "create_time"), False),
+            (("agent_id", "user_id"), False),
+        )
+
+
+class MessageLog(BaseModel):
+    """The append-only transcript of a session (the snapshot keeps only a bounded history)."""
+
+    id = BigAutoField()
+    session_id = CharField(max_length=32)
+    round = IntegerField(default=0)
+    role = CharField(max_length=16)
+    content = LongTextField(default="")
+    message_id = CharField(max_length=64, default="")
+    meta = LongTextField(null=True)
+    create_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("session_id", "id"), False),)
+
+
+ALL_MODELS = (SchemaVersion, Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog)

@@ -1,0 +1,137 @@
+"""Errors of the API and the one place that maps every error to a reply.
+
+A reply is RAGFlow's envelope ``{"code", "message", "data"}`` with a matching HTTP
+status. :func:`reply_for` knows our own :class:`ApiError` tree, the runtime's
+``agent.errors`` types and werkzeug's HTTP errors; anything else is a 500 whose
+message does not leak internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from peewee import PeeweeException
+from werkzeug.exceptions import HTTPException
+
+from agent import errors as agent_errors
+
+log = logging.getLogger("agentcanvas.api")
+
+# RAGFlow's envelope codes.
+SUCCESS = 0
+EXCEPTION_ERROR = 100
+ARGUMENT_ERROR = 101
+DATA_ERROR = 102
+OPERATING_ERROR = 103
+RUNNING = 106
+AUTHENTICATION_ERROR = 109
+
+
+class ApiError(Exception):
+    """Root of the errors the API answers on purpose."""
+
+    code = EXCEPTION_ERROR
+    status = 500
+
+    def __init__(self, message: str, data: Any = None):
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class ArgumentError(ApiError):
+    code, status = ARGUMENT_ERROR, 400
+
+
+class NotFound(ApiError):
+    code, status = DATA_ERROR, 404
+
+
+class Forbidden(ApiError):
+    code, status = OPERATING_ERROR, 403
+
+
+class Conflict(ApiError):
+    """A unique name already taken (an agent title)."""
+
+    code, status = DATA_ERROR, 409
+
+
+class Busy(ApiError):
+    """Another turn holds the session."""
+
+    code, status = RUNNING, 409
+
+
+class AuthError(ApiError):
+    code, status = AUTHENTICATION_ERROR, 401
+
+
+class TooLarge(ApiError):
+    code, status = ARGUMENT_ERROR, 413
+
+
+# Runtime errors, most specific first: (type, code, HTTP status).
+_AGENT_ERRORS: tuple[tuple[type[BaseException], int, int], ...] = (
+    (agent_errors.InputError, ARGUMENT_ERROR, 400),
+    (agent_errors.DSLError, ARGUMENT_ERROR, 400),
+    (agent_errors.UsageError, ARGUMENT_ERROR, 400),
+    (agent_errors.SnapshotTooLarge, ARGUMENT_ERROR, 413),
+    (agent_errors.LimitError, ARGUMENT_ERROR, 400),
+    (agent_errors.LLMTimeout, EXCEPTION_ERROR, 504),
+    (agent_errors.LLMError, EXCEPTION_ERROR, 502),
+    (agent_errors.CanvasError, EXCEPTION_ERROR, 500),
+)
+
+
+def http_status_for_type(error_type: type[BaseException] | None) -> tuple[int, int]:
+    """``(code, HTTP status)`` for an error class (``None`` or unknown: 100/500)."""
+    if error_type is not None:
+        if issubclass(error_type, ApiError):
+            return error_type.code, error_type.status
+        for cls, code, status in _AGENT_ERRORS:
+            if issubclass(error_type, cls):
+                return code, status
+    return EXCEPTION_ERROR, 500
+
+
+def http_status_for_name(error_type: str | None) -> tuple[int, int]:
+    """The same for an error named in a ``workflow_finished`` event's ``error_type``."""
+    cls = getattr(agent_errors, error_type or "", None)
+    return http_status_for_type(cls if isinstance(cls, type) else None)
+
+
+def reply_for(exc: BaseException) -> tuple[dict, int]:
+    """The envelope and HTTP status answering ``exc``."""
+    if isinstance(exc, ApiError):
+        return envelope(exc.code, exc.message, exc.data), exc.status
+    if isinstance(exc, agent_errors.InputError):
+        code, status = http_status_for_type(type(exc))
+        return envelope(code, str(exc), {"errors": exc.errors}), status
+    if isinstance(exc, agent_errors.CanvasError):
+        code, status = http_status_for_type(type(exc))
+        return envelope(code, str(exc)), status
+    if isinstance(exc, HTTPException):
+        return _http_reply(exc)
+    if isinstance(exc, PeeweeException):
+        log.exception("database error")
+        return envelope(EXCEPTION_ERROR, f"database error: {exc}; the request was not completed"), 500
+    log.exception("unexpected error")
+    return envelope(EXCEPTION_ERROR, f"internal error ({type(exc).__name__}); see the server log"), 500
+
+
+def _http_reply(exc: HTTPException) -> tuple[dict, int]:
+    status = exc.code or 500
+    if status == 413:
+        return envelope(ARGUMENT_ERROR, exc.description or "the request body is too large"), 413
+    if status == 404:
+        return envelope(DATA_ERROR, "no such route; the API lives under /api/v1 (see README)"), 404
+    if status == 405:
+        return envelope(ARGUMENT_ERROR, f"method not allowed here: {exc.description}"), 405
+    code = ARGUMENT_ERROR if 400 <= status < 500 else EXCEPTION_ERROR
+    return envelope(code, exc.description or exc.name), status
+
+
+def envelope(code: int, message: str, data: Any = None) -> dict:
+    return {"code": code, "message": message, "data": data}

@@ -1,0 +1,1 @@
+"""The API's logic; the blueprints only parse requests and shape replies."""

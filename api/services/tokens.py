@@ -1,0 +1,100 @@
+"""Tenants and bearer tokens.
+
+A token is shown once, when it is made; the database keeps its sha256 and a short
+hint. ``api`` tokens authorise the REST API; ``embed`` tokens only the embed routes
+(a token of one kind never works for the other).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from peewee import IntegrityError
+
+from api.db import ApiToken, Tenant, write_transaction
+from api.errors import ArgumentError, NotFound
+
+TOKEN_KINDS = ("api", "embed")
+_PREFIX = {"api": "ac-", "embed": "acembed-"}
+DEFAULT_TENANT = "default"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def tenant_by_name(name: str, create: bool = True) -> Tenant:
+    """The tenant called ``name``, made if missing (and ``create``)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 128:
+        raise ArgumentError(f"tenant name must be 1 to 128 characters, got {name!r}")
+    name = name.strip()
+    tenant = Tenant.get_or_none(Tenant.name == name)
+    if tenant is not None or not create:
+        if tenant is None:
+            raise NotFound(f"no tenant named {name!r}")
+        return tenant
+    try:
+        return Tenant.create(name=name)
+    except IntegrityError:
+        # Made by a concurrent command between our read and our insert.
+        return Tenant.get(Tenant.name == name)
+
+
+def create_token(tenant_id: str, kind: str = "api") -> tuple[str, ApiToken]:
+    """A new token for the tenant: ``(plain token, row)``."""
+    if kind not in TOKEN_KINDS:
+        raise ArgumentError(f"token kind {kind!r} is not one of {', '.join(TOKEN_KINDS)}")
+    plain = _PREFIX[kind] + secrets.token_urlsafe(32)
+    row = ApiToken.create(
+        tenant_id=tenant_id, kind=kind, token_hash=hash_token(plain), hint=plain[: len(_PREFIX[kind]) + 6]
+    )
+    return plain, row
+
+
+def tenant_for_token(plain: str, kind: str = "api") -> str | None:
+    """The tenant id a token of ``kind`` belongs to, or ``None``."""
+    row = (
+        ApiToken.select(ApiToken.tenant_id)
+        .where(ApiToken.token_hash == hash_token(plain), ApiToken.kind == kind)
+        .first()
+    )
+    return row.tenant_id if row else None
+
+
+def list_tokens(tenant_id: str | None = None) -> list[ApiToken]:
+    query = ApiToken.select().order_by(ApiToken.create_time, ApiToken.id)
+    if tenant_id is not None:
+        query = query.where(ApiToken.tenant_id == tenant_id)
+    return list(query)
+
+
+def revoke_token(token_or_id: str, tenant_id: str | None = None) -> ApiToken:
+    """Delete a token given as itself or as its id (from a list).
+
+    Raises:
+        NotFound: no such token (for this tenant, when one is given).
+    """
+    cond = (ApiToken.token_hash == hash_token(token_or_id)) | (ApiToken.id == token_or_id)
+    if tenant_id is not None:
+        cond &= ApiToken.tenant_id == tenant_id
+    with write_transaction():
+        row = ApiToken.select().where(cond).first()
+        if row is None:
+            raise NotFound("no such token; give the token itself or its id from the token list")
+        row.delete_instance()
+    return row
+
+
+def token_json(row: ApiToken, plain: str | None = None) -> dict:
+    """A token as the API shows it; the plain token only right after creation."""
+    out = {
+        "id": row.id,
+        "tenant_id": row.tenant_id,
+        "kind": row.kind,
+        "token": plain if plain is not None else f"{row.hint}…",
+        "create_time": row.create_time,
+    }
+    if plain is None:
+        out["hint"] = row.hint
+    return out
