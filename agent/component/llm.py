@@ -1,0 +1,378 @@
+"""LLM: one chat completion with the node's memory; the base of Agent and Categorize.
+
+Params (RAGFlow's): ``llm_id`` (``model@provider``; empty: the default provider),
+``sys_prompt``, ``prompts`` (``[{role, content}]``, default one user message
+``{sys.query}``; a plain string is one user message), ``temperature``, ``top_p``,
+``max_tokens``, ``presence_penalty``, ``frequency_penalty`` — each sent when its
+``*Enabled`` flag (``temperatureEnabled``, ``topPEnabled``, ``maxTokensEnabled``,
+``presencePenaltyEnabled``, ``frequencyPenaltyEnabled``) is true, or, with no flag,
+when the value is not 0 — ``message_history_window_size`` (1–100, 20 when absent,
+0: no history), ``output_structure`` (a JSON schema; also read from RAGFlow's
+``outputs.structured``), ``cite`` (accepted; citations need retrieval, which this
+runtime does not do yet). Ours: ``history_source`` (``"node"``: the node's own
+exchanges, the default; ``"conversation"``: the session's queries and final
+answers) and ``memory_key`` (a template such as ``"{sys.user_id}"``: keep the node's
+memory under that key beyond the session, see :mod:`agent.memory`).
+
+Outputs: ``content`` (the answer) and, with a schema, ``structured`` (the parsed JSON).
+
+When a Message component that this node can reach (without passing a form)
+references ``{this@content}`` and no ``exception_method`` is set, ``content`` is an
+:class:`~agent.stream.LazyText`: the Message streams the answer as it arrives, and
+usage and memory are recorded when the stream ends (so ``node_finished`` of a
+streamed node carries no usage; the turn's usage does). Otherwise the answer is read
+whole inside the node.
+
+Memory: only a successful exchange is remembered (the rendered user prompt and the
+answer); see :mod:`agent.memory` for the window and the token budget.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agent.component import register
+from agent.component.base import ComponentBase, ComponentParamBase
+from agent.errors import Cancelled, ComponentError, LLMError
+from agent.llm.client import ChatClient, ChatResult, ChatStream, ToolCall
+from agent.llm.config import ModelConfig, resolve_model
+from agent.llm.tokens import count_tokens, messages_tokens
+from agent.memory import DEFAULT_WINDOW, MAX_WINDOW, NodeMemory, history_budget, select_history
+from agent.refs import to_text
+from agent.settings import load_settings
+from agent.stream import LazyText
+
+# param name → (flag name, API name)
+_GEN_PARAMS = {
+    "temperature": ("temperatureEnabled", "temperature"),
+    "top_p": ("topPEnabled", "top_p"),
+    "max_tokens": ("maxTokensEnabled", "max_tokens"),
+    "presence_penalty": ("presencePenaltyEnabled", "presence_penalty"),
+    "frequency_penalty": ("frequencyPenaltyEnabled", "frequency_penalty"),
+}
+_RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
+_ROLES = ("user", "assistant", "system")
+
+
+class LLMParam(ComponentParamBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.llm_id = ""
+        self.sys_prompt = ""
+        self.prompts: Any = [{"role": "user", "content": "{sys.query}"}]
+        self.temperature: Any = 0
+        self.top_p: Any = 0
+        self.max_tokens: Any = 0
+        self.presence_penalty: Any = 0
+        self.frequency_penalty: Any = 0
+        self.message_history_window_size: Any = DEFAULT_WINDOW
+        self.history_source = "node"
+        self.memory_key = ""
+        self.output_structure: Any = None
+        self.cite = True
+
+    def check(self) -> None:
+        if self.llm_id is None:
+            self.llm_id = ""
+        if not isinstance(self.llm_id, str):
+            raise ValueError(f"llm_id must be text like 'model@provider' (or empty), got {self.llm_id!r}")
+        if self.sys_prompt is None:
+            self.sys_prompt = ""
+        if not isinstance(self.sys_prompt, str):
+            raise ValueError(f"sys_prompt must be text, got {self.sys_prompt!r}")
+        self.prompts = normalize_prompts(self.prompts)
+        for name, (low, high) in _RANGES.items():
+            self.check_number(name, minimum=low, maximum=high)
+        self.check_nonnegative_int("max_tokens")
+        if self.message_history_window_size is None:
+            self.message_history_window_size = DEFAULT_WINDOW
+        self.check_nonnegative_int("message_history_window_size", maximum=MAX_WINDOW)
+        self.check_choice("history_source", ("node", "conversation"))
+        if not isinstance(self.memory_key, str):
+            raise ValueError(
+                f"memory_key must be a text template such as '{{sys.user_id}}', got {self.memory_key!r}"
+            )
+        if self.memory_key and self.history_source == "conversation":
+            raise ValueError(
+                "memory_key keeps the node's own memory; it cannot be used with history_source 'conversation'"
+            )
+        schema = self.schema()
+        if schema is not None and not isinstance(schema, dict):
+            raise ValueError(f"output_structure must be a JSON schema object, got {schema!r}")
+
+    def schema(self) -> dict | None:
+        """The structured-output JSON schema, from ``output_structure`` or RAGFlow's ``outputs.structured``."""
+        if self.output_structure not in (None, "", {}):
+            return self.output_structure
+        cand = self.outputs.get("structured") if isinstance(self.outputs, dict) else None
+        if isinstance(cand, dict):
+            for schema in (cand, cand.get("schema"), cand.get("structured")):
+                if (
+                    isinstance(schema, dict)
+                    and isinstance(schema.get("properties"), dict)
+                    and schema["properties"]
+                ):
+                    return schema
+        return None
+
+    def gen_options(self) -> dict:
+        """The sampling options to send (see the module docstring for the flags)."""
+        out = {}
+        for name, (flag, api_name) in _GEN_PARAMS.items():
+            value = getattr(self, name)
+            enabled = getattr(self, flag, None)
+            if enabled is None:
+                enabled = value not in (0, None)
+            if not enabled or (name == "max_tokens" and not value):
+                continue
+            out[api_name] = int(value) if name == "max_tokens" else float(value)
+        return out
+
+
+def normalize_prompts(prompts: Any) -> list[dict]:
+    """``prompts`` as ``[{role, content}]``; raises ``ValueError`` naming the bad entry."""
+    if isinstance(prompts, str):
+        prompts = [{"role": "user", "content": prompts}]
+    if not isinstance(prompts, list) or not prompts:
+        raise ValueError(
+            "prompts must be a non-empty list of {role, content}, e.g. [{role: user, content: '{sys.query}'}]"
+        )
+    for i, p in enumerate(prompts):
+        if not isinstance(p, dict) or not isinstance(p.get("content"), str):
+            raise ValueError(f"prompts[{i}] must be {{role, content}} with text content, got {p!r}")
+        role = p.get("role") or "user"
+        if role not in _ROLES:
+            raise ValueError(f"prompts[{i}] has role {role!r}; use one of {', '.join(_ROLES)}")
+        p["role"] = role
+    return prompts
+
+
+@register
+class LLM(ComponentBase):
+    component_name = "LLM"
+    param_class = LLMParam
+
+    # -- what subclasses change ---------------------------------------------------------
+    def system_prompt(self) -> str:
+        return self.render(self._param.sys_prompt) if self._param.sys_prompt else ""
+
+    def prompt_messages(self, kwargs: dict) -> list[dict]:
+        """The rendered ``prompts`` (the messages after the history)."""
+        return [{"role": p["role"], "content": self.render(p["content"])} for p in self._param.prompts]
+
+    def tool_specs(self) -> list[dict]:
+        """OpenAI ``tools`` to offer (none here; Agent offers its tools)."""
+        return []
+
+    def call_tool(self, call: ToolCall) -> str:
+        raise LLMError(f"{self.id}: the model asked for tool {call.name!r} but this node offers no tools")
+
+    def max_rounds(self) -> int:
+        return 0
+
+    def accept_answer(self, answer: str) -> str:
+        """Set the outputs from the final answer; returns what memory stores as the answer."""
+        schema = self._param.schema()
+        if schema is not None:
+            self.set_output("structured", parse_json_answer(answer, self.id))
+        self.set_output("content", answer)
+        return answer
+
+    # -- running ---------------------------------------------------------------------
+    def _invoke(self, **kwargs: Any) -> Iterator[str] | None:
+        model = self.model()
+        memory = self.node_memory()
+        system = self.system_prompt()
+        prompts = self.prompt_messages(kwargs)
+        tools = self.tool_specs()
+        head = [{"role": "system", "content": system}] if system else []
+        options = self._param.gen_options()
+        schema = self._param.schema()
+        if schema is not None:
+            options["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "structured", "schema": schema},
+            }
+        if tools:
+            options["tools"] = tools
+        prompt_tokens = messages_tokens(head + prompts) + (count_tokens(json.dumps(tools)) if tools else 0)
+        window = int(self._param.message_history_window_size)
+        budget = history_budget(model.context_size, options.get("max_tokens", 0), prompt_tokens)
+        history = select_history(memory.entries(window), window, budget)
+        messages = head + history + prompts
+        user_prompt = "\n\n".join(p["content"] for p in prompts if p["role"] == "user")
+        self.inputs_seen = {"llm_id": model.llm_id, "prompt": user_prompt, "history_messages": len(history)}
+        client = ChatClient(model, who=self.id, sleep=self._canvas.sleep)
+        usage: dict[str, int] = {}
+        streamed = schema is None and self._streams_to_message()
+        rounds = self._rounds(client, messages, options, usage, streamed=streamed)
+
+        def done(answer: str) -> None:
+            stored = self.accept_answer(answer)
+            self._record_usage(usage)
+            memory.append(user_prompt, stored)
+
+        if streamed:
+            # Connect now so that an HTTP error is this node's; stream the rest lazily.
+            first = next(rounds, None)
+            self.set_output("content", LazyText(_prepend(first, rounds), on_done=done))
+            return None
+        done("".join(rounds))
+        return None
+
+    def _rounds(
+        self, client: ChatClient, messages: list[dict], options: dict, usage: dict, streamed: bool
+    ) -> Iterator[str]:
+        """The answer's text, round after round of tool calls (at most ``max_rounds``).
+
+        Yields the text as it arrives (streamed) or each round's text whole. After
+        ``max_rounds`` rounds with tool calls the model is asked once more with
+        ``tool_choice: none`` for the final answer. Rounds' texts are separated by a
+        blank line. ``usage`` is summed in place.
+        """
+        messages = list(messages)
+        wrote = False
+        limit = self.max_rounds() if options.get("tools") else 0
+        for n in range(limit + 1):
+            last = n == limit
+            call_options = dict(options)
+            if last and options.get("tools"):
+                call_options["tool_choice"] = "none"
+            if streamed:
+                stream: ChatStream = client.stream(messages, **call_options)
+                first = True
+                for delta in stream:
+                    if first and wrote:
+                        yield "\n\n"
+                    first, wrote = False, True
+                    yield delta
+                result: ChatResult = stream.result
+            else:
+                result = client.complete(messages, **call_options)
+                if result.content:
+                    if wrote:
+                        yield "\n\n"
+                    wrote = True
+                    yield result.content
+            _add_usage(usage, result.usage, messages, result)
+            if not result.tool_calls:
+                return
+            if last:
+                if not wrote:
+                    raise LLMError(
+                        f"{self.id}: the model still asked for tools after max_rounds={limit} rounds and gave "
+                        f"no answer; raise max_rounds or tell it in sys_prompt when to stop"
+                    )
+                return
+            self._check_cancel()
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": result.content or None,
+                    "tool_calls": [c.as_message() for c in result.tool_calls],
+                }
+            )
+            for call in result.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": self.call_tool(call)})
+
+    def _check_cancel(self) -> None:
+        check = self._canvas.cancel_check
+        if check is not None and check():
+            raise Cancelled()
+
+    def _record_usage(self, usage: dict) -> None:
+        self.usage = dict(usage)
+        self._canvas.add_usage(usage)
+
+    # -- settings, memory, streaming decision --------------------------------------------
+    def model(self) -> ModelConfig:
+        """The model this node uses; settings from ``canvas.services["llm_settings"]``
+        (the host's) or else ``load_settings()["llm"]``."""
+        services = self._canvas.services
+        settings = services.get("llm_settings")
+        if settings is None:
+            settings = services["llm_settings"] = load_settings().get("llm") or {}
+        try:
+            return resolve_model(self._param.llm_id, settings)
+        except ComponentError as e:
+            raise type(e)(f"{self.id}: {e}") from None
+
+    def node_memory(self) -> NodeMemory:
+        key = None
+        if self._param.memory_key:
+            key = self.render(self._param.memory_key).strip()
+            if not key:
+                raise self.fail(
+                    f"memory_key {self._param.memory_key!r} rendered empty; pass what it names (e.g. a user_id "
+                    f"for '{{sys.user_id}}') or remove memory_key"
+                )
+        return NodeMemory(self._canvas, self.id, key, self._param.history_source)
+
+    def _streams_to_message(self) -> bool:
+        cached = getattr(self, "_streamed", None)
+        if cached is None:
+            cached = self._streamed = self._find_streaming_message()
+        return cached
+
+    def _find_streaming_message(self) -> bool:
+        components = self._canvas.components
+        if self._param.exception_method or components.get(self.id) is not self:
+            return False
+        seen, todo = set(), list(self.possible_next())
+        while todo:
+            cid = todo.pop()
+            if cid in seen or cid not in components:
+                continue
+            seen.add(cid)
+            cpn = components[cid]
+            if cpn.component_name == "Message" and any(
+                r.scope == "cpn" and r.name == self.id and r.var == "content" and not r.path
+                for r in cpn.references()
+            ):
+                return True
+            if not cpn.is_form:  # a pause in between: the answer is read whole before it
+                todo.extend(cpn.possible_next())
+        return False
+
+
+def _prepend(first: str | None, rest: Iterator[str]) -> Iterator[str]:
+    if first is not None:
+        yield first
+        yield from rest
+
+
+def _add_usage(total: dict, usage: dict | None, messages: list[dict], result: ChatResult) -> None:
+    if usage is None:
+        # The provider reported none: estimate with our own counts.
+        prompt = messages_tokens(messages)
+        completion = count_tokens(result.content) + sum(
+            count_tokens(c.name) + count_tokens(c.arguments) for c in result.tool_calls
+        )
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        total[key] = total.get(key, 0) + int(usage.get(key, 0) or 0)
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+
+
+def parse_json_answer(answer: str, who: str) -> Any:
+    """The JSON in a structured answer (a ```json fence and a leading <think> block allowed)."""
+    text = re.sub(r"^.*?</think>", "", answer, flags=re.S) if "</think>" in answer else answer
+    m = _FENCE.match(text)
+    if m:
+        text = m.group(1)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise LLMError(
+            f"{who}: the model's answer is not the JSON that output_structure asks for ({e}); it began "
+            f"{to_text(answer)[:120]!r}. Use a model that supports JSON-schema output, or retry (max_retries)"
+        ) from None

@@ -1,0 +1,436 @@
+"""A small OpenAI-compatible chat server for tests and for trying the LLM samples.
+
+    with LLMServer() as server:               # 127.0.0.1, a free port, in a thread
+        server.queue(text("Hello!"), tool_call("lookup", {"q": "x"}), error(429))
+        canvas = Canvas(dsl, services={"llm_settings": server.settings()})
+        ...
+        server.requests[-1]["body"]["messages"]   # exactly what was sent
+
+Routes: ``POST /v1/chat/completions`` (streamed as real SSE ``data: {...}`` chunks
+ending in ``data: [DONE]``, or whole), ``GET /v1/models``. Each request takes the
+next queued :class:`Reply`; with the queue empty the default rule answers:
+
+* a request with a JSON-schema ``response_format`` gets a JSON value of that schema;
+* a classification request (a system prompt listing ``Categories:`` as
+  ``- name: ...`` lines, as the Categorize component writes it) gets the category
+  whose name or examples share the most words with the user's message;
+* anything else gets ``"echo: <the last user message>"``.
+
+Usage numbers are word counts (prompt: all message contents; completion: the reply).
+Failures can be injected per reply: an HTTP status (429, 500, with ``Retry-After``),
+a delay before answering (to trip the client's timeout), a stall or a dropped
+connection in the middle of a stream.
+
+By hand: ``python -m tests.llm_server --port 8090`` prints how to point agentcanvas
+at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_MODEL = "test-model"
+API_KEY = "sk-test-0123456789abcdef"
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    Attributes:
+        content: the answer text.
+        tool_calls: ``[{"name", "arguments"}]`` (arguments a dict or JSON text).
+        status: an HTTP error status to answer with instead (429, 500...).
+        error: the error message for ``status``.
+        headers: extra response headers (``{"retry-after-ms": "10"}``).
+        delay: seconds to wait before answering.
+        chunks: how to split ``content`` when streamed (default: word by word).
+        stall_after: when streamed, wait ``stall`` seconds after this many chunks.
+        stall: see ``stall_after``.
+        drop_after: when streamed, close the connection after this many chunks.
+        usage: usage to report instead of the word counts.
+    """
+
+    content: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)
+    status: int = 200
+    error: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    chunks: list[str] | None = None
+    stall_after: int | None = None
+    stall: float = 0.0
+    drop_after: int | None = None
+    usage: dict | None = None
+
+
+def text(content: str, **kwargs: Any) -> Reply:
+    """An answer with this text."""
+    return Reply(content=content, **kwargs)
+
+
+def tool_call(
+    name: str, arguments: dict | str | None = None, *more: tuple[str, dict], **kwargs: Any
+) -> Reply:
+    """An answer asking for one tool call (``more``: further ``(name, arguments)`` calls)."""
+    calls = [{"name": name, "arguments": arguments or {}}]
+    calls += [{"name": n, "arguments": a} for n, a in more]
+    return Reply(content=kwargs.pop("content", None), tool_calls=calls, **kwargs)
+
+
+def error(status: int, message: str = "", **kwargs: Any) -> Reply:
+    """An HTTP error answer (``retry_after_ms=`` adds a ``retry-after-ms`` header)."""
+    headers = dict(kwargs.pop("headers", {}))
+    if "retry_after_ms" in kwargs:
+        headers["retry-after-ms"] = str(kwargs.pop("retry_after_ms"))
+    return Reply(status=status, error=message or f"injected HTTP {status}", headers=headers, **kwargs)
+
+
+def words(value: Any) -> int:
+    return len(str(value or "").split())
+
+
+class LLMServer:
+    """The server; see the module docstring. Thread-safe; start/stop or use ``with``."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, model: str = DEFAULT_MODEL):
+        self.host = host
+        self.model = model
+        self.requests: list[dict] = []
+        self._queue: list[Reply] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+        self._ids = 0
+
+    # -- control -------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use (ends in ``/v1``)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> LLMServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> LLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def queue(self, *replies: Reply | str) -> None:
+        """Script the next answers, in order (a plain string is a text answer)."""
+        with self._lock:
+            self._queue.extend(text(r) if isinstance(r, str) else r for r in replies)
+
+    def pending(self) -> int:
+        """Scripted answers not used yet."""
+        with self._lock:
+            return len(self._queue)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+
+    def settings(self, **overrides: Any) -> dict:
+        """An ``llm`` settings dict pointing at this server (retries without waiting)."""
+        conf = {
+            "base_url": self.url,
+            "api_key": API_KEY,
+            "model": self.model,
+            "timeout_seconds": 10,
+            "max_retries": 2,
+            "retry_backoff_seconds": 0,
+            "retry_max_backoff_seconds": 0,
+        }
+        conf.update(overrides)
+        return conf
+
+    def chat_requests(self) -> list[dict]:
+        """The bodies of the chat completion requests received, in order."""
+        with self._lock:
+            return [r["body"] for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    # -- answering -----------------------------------------------------------------
+    def _next_reply(self, body: dict) -> Reply:
+        with self._lock:
+            if self._queue:
+                return self._queue.pop(0)
+        return default_reply(body)
+
+    def _record(self, path: str, headers: dict, body: Any) -> None:
+        with self._lock:
+            self.requests.append({"path": path, "headers": headers, "body": body})
+
+    def _new_id(self) -> str:
+        with self._lock:
+            self._ids += 1
+            return f"chatcmpl-{self._ids}"
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+
+def default_reply(body: dict) -> Reply:
+    """The answer when nothing is scripted (see the module docstring)."""
+    messages = body.get("messages") or []
+    last_user = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "user"), "")
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema") or {}
+        return text(json.dumps(example_of(schema, "value")))
+    system = next((m.get("content") or "" for m in messages if m.get("role") == "system"), "")
+    category = pick_category(system, str(last_user))
+    if category is not None:
+        return text(category)
+    return text(f"echo: {last_user}")
+
+
+def example_of(schema: dict, name: str) -> Any:
+    """A small value that fits a JSON schema."""
+    if "enum" in schema and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type", "object" if "properties" in schema else "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "object":
+        return {k: example_of(v, k) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [example_of(schema.get("items") or {}, name)]
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return True
+    return f"example {name}"
+
+
+_CATEGORY_LINE = re.compile(r"^- (.+?):", re.M)
+
+
+def pick_category(system: str, query: str) -> str | None:
+    """For a classification prompt, the category sharing most words with the query."""
+    if "Categories:" not in system:
+        return None
+    part = system.split("Categories:", 1)[1]
+    names = _CATEGORY_LINE.findall(part.split("\n\n", 1)[0])
+    if not names:
+        return None
+    asked = set(re.findall(r"\w+", query.lower()))
+    best, best_score = names[-1], 0
+    for name in names:
+        examples = re.findall(rf"^Example \({re.escape(name)}\): (.*)$", system, re.M)
+        vocabulary = set(re.findall(r"\w+", " ".join([name, *examples]).lower()))
+        score = len(asked & vocabulary)
+        if score > best_score:
+            best, best_score = name, score
+    return best
+
+
+def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            server._record(self.path, dict(self.headers), None)
+            if self.path.rstrip("/").endswith("/models"):
+                data = [
+                    {"id": server.model, "object": "model", "created": 0, "owned_by": "agentcanvas-tests"}
+                ]
+                self._json(200, {"object": "list", "data": data})
+            else:
+                self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._json(
+                    400, {"error": {"message": "the body is not JSON", "type": "invalid_request_error"}}
+                )
+                return
+            server._record(self.path, dict(self.headers), body)
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                return
+            if not isinstance(body.get("messages"), list) or not body.get("model"):
+                self._json(
+                    400, {"error": {"message": "'model' and 'messages' are required", "type": "invalid"}}
+                )
+                return
+            reply = server._next_reply(body)
+            server._sleep(reply.delay)
+            try:
+                if reply.status != 200:
+                    err = {"message": reply.error, "type": "injected", "code": reply.status}
+                    self._json(reply.status, {"error": err}, reply.headers)
+                elif body.get("stream"):
+                    self._stream(body, reply)
+                else:
+                    self._json(200, self._completion(body, reply), reply.headers)
+            except (TimeoutError, BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (e.g. its timeout): nothing to answer
+
+        # -- shapes ---------------------------------------------------------------
+        def _usage(self, body: dict, reply: Reply) -> dict:
+            if reply.usage is not None:
+                return reply.usage
+            prompt = sum(words(m.get("content")) for m in body["messages"])
+            completion = words(reply.content) + sum(words(json.dumps(c)) for c in reply.tool_calls)
+            return {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }
+
+        def _calls(self, reply: Reply) -> list[dict]:
+            out = []
+            for i, call in enumerate(reply.tool_calls):
+                args = call.get("arguments")
+                args = args if isinstance(args, str) else json.dumps(args or {})
+                out.append(
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": args},
+                    }
+                )
+            return out
+
+        def _completion(self, body: dict, reply: Reply) -> dict:
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+            if reply.tool_calls:
+                message["tool_calls"] = self._calls(reply)
+            return {
+                "id": server._new_id(),
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                    }
+                ],
+                "usage": self._usage(body, reply),
+            }
+
+        def _stream(self, body: dict, reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            cid, created = server._new_id(), int(time.time())
+
+            def chunk(delta: dict, finish: str | None = None, **extra: Any) -> dict:
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+                return {
+                    "id": cid,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": body["model"],
+                    "choices": [choice],
+                    **extra,
+                }
+
+            events = [chunk({"role": "assistant", "content": ""})]
+            pieces = (
+                reply.chunks if reply.chunks is not None else re.findall(r"\S+\s*|\s+", reply.content or "")
+            )
+            events += [chunk({"content": p}) for p in pieces]
+            for i, call in enumerate(self._calls(reply)):
+                args = call["function"]["arguments"]
+                half = len(args) // 2
+                head = {"index": i, "id": call["id"], "type": "function"}
+                events.append(
+                    chunk({"tool_calls": [{**head, "function": {"name": call["function"]["name"]}}]})
+                )
+                for part in (args[:half], args[half:]):
+                    events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+            events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+            if (body.get("stream_options") or {}).get("include_usage"):
+                last = chunk({})
+                last["choices"], last["usage"] = [], self._usage(body, reply)
+                events.append(last)
+            for n, event in enumerate(events):
+                if reply.drop_after is not None and n == reply.drop_after + 1:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if reply.stall_after is not None and n == reply.stall_after + 1:
+                    server._sleep(reply.stall)
+                self.wfile.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+        def _json(self, status: int, payload: dict, headers: dict | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="An OpenAI-compatible test LLM server (scripted/echo replies)."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    args = parser.parse_args(argv)
+    server = LLMServer(args.host, args.port, args.model)
+    print(
+        f"test LLM server on {server.url} (model {args.model!r}); it echoes, classifies and fills JSON schemas"
+    )
+    print("point agentcanvas at it (no real API key needed):")
+    print(f"  export AGENTCANVAS_LLM_BASE_URL={server.url}")
+    print(f"  export AGENTCANVAS_LLM_MODEL={args.model}")
+    print("  export AGENTCANVAS_LLM_API_KEY=test")
+    print("Ctrl-C stops it.", flush=True)
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server._httpd.server_close()
+
+
+if __name__ == "__main__":
+    main()
