@@ -104,7 +104,7 @@ class ContainerComponent(ComponentBase):
         starts = self._start_ids()
         if len(starts) != 1:
             raise DSLError(
-                f"{self.id}: a {self.component_name} needs exactly one {self.start_type} child "
+                f"{self.id}: needs exactly one {self.start_type} child "
                 f"(component_name {self.start_type!r} with parent_id {self.id!r}); found {len(starts)}"
             )
         return super().possible_next() + starts

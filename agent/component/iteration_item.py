@@ -10,6 +10,7 @@ Iteration for the Iteration's ``downstream``. See :mod:`agent.component.iteratio
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any
 
 from agent.component import register
@@ -36,6 +37,17 @@ class IterationItem(ComponentBase):
             return super().possible_next()  # the canvas reports the missing parent
         return super().possible_next() + self.iteration().exit_ids()
 
+    def invoke(self, **kwargs: Any) -> Iterator[str] | None:
+        # The pass that just ended is collected before the base class clears this
+        # component's outputs: the Iteration's declared outputs may read them
+        # ({IterationItem:X@index}).
+        iteration = self.iteration()
+        state = iteration.data
+        if not state.get("finished") and state.get("next", 0) > state.get("collected", 0):
+            iteration.collect_pass()
+            state["collected"] = state["next"]
+        return super().invoke(**kwargs)
+
     def _invoke(self, **kwargs: Any) -> None:
         iteration = self.iteration()
         state = iteration.data
@@ -49,8 +61,6 @@ class IterationItem(ComponentBase):
                 f"route the flow into the Iteration, not into its IterationItem"
             )
         index = state["next"]
-        if index > 0:
-            iteration.collect_pass()
         items = state["items"]
         if index >= len(items):
             self._next = iteration.finish()
