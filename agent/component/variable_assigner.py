@@ -164,6 +164,12 @@ def describe(value: Any) -> str:
     return f"{type_of_value(value)} {shown}" if value is not None else "nothing (None)"
 
 
+def _a(vtype: VariableType) -> str:
+    """The type with its article: "a string", "an object"."""
+    name = str(vtype)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 class AssignError(ValueError):
     """An operation does not fit the variable or the value; the message says why."""
 
@@ -240,13 +246,13 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
         return empty_value(vtype)
     if operator in ARITHMETIC:
         if vtype.kind not in ("number", "any"):
-            raise AssignError(f"{operator} works on numbers; the variable is a {vtype}")
+            raise AssignError(f"{operator} works on numbers; the variable is {_a(vtype)}")
         return _arithmetic(operator, current, value)
     if operator in ("append", "extend", "remove_first", "remove_last"):
         if vtype.kind == "any" and current is None:
             vtype = VariableType("array", "any")
         if vtype.kind != "array":
-            raise AssignError(f"{operator} works on arrays; the variable is a {vtype}")
+            raise AssignError(f"{operator} works on arrays; the variable is {_a(vtype)}")
         items = list(current) if isinstance(current, (list, tuple)) else []
         if operator == "remove_first":
             return items[1:]
@@ -255,7 +261,7 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
         element = VariableType(vtype.element or "any")
         if operator == "append":
             if not value_fits(element, value):
-                raise AssignError(f"append needs a {element} element, got {describe(value)}")
+                raise AssignError(f"append needs {_a(element)} element, got {describe(value)}")
             return [*items, value]
         if not isinstance(value, list):
             raise AssignError(f"extend needs a list, got {describe(value)}")
@@ -265,11 +271,11 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
     if operator == "set":
         if vtype.kind not in (*SCALAR_KINDS, "any"):
             raise AssignError(
-                f"set works on {', '.join(SCALAR_KINDS)}; for a {vtype} use overwrite or extend"
+                f"set works on {', '.join(SCALAR_KINDS)}; for {_a(vtype)} use overwrite or extend"
             )
         value = _from_text(vtype, value)
     if not value_fits(vtype, value):
-        raise AssignError(f"{operator} needs a {vtype} value, got {describe(value)}")
+        raise AssignError(f"{operator} needs {_a(vtype)} value, got {describe(value)}")
     return value
 
 
@@ -355,9 +361,8 @@ class VariableAssigner(ComponentBase):
                 variable, operator = item["variable"], item["operator"]
                 current = self._read(variable)
                 value = None if operator in NO_PARAMETER else self._parameter(item.get("parameter"))
-                vtype = self._type_of(variable, current)
                 try:
-                    new = apply_operator(operator, vtype, current, value)
+                    new = apply_operator(operator, self._type_of(variable, current), current, value)
                 except AssignError as e:
                     raise self.fail(f"item {number} ({variable} {operator}): {e}") from None
                 self.inputs_seen[variable] = value if operator not in NO_PARAMETER else None
@@ -386,7 +391,7 @@ class VariableAssigner(ComponentBase):
             if declared not in (None, ""):
                 vtype = parse_type(declared)
                 if vtype is None:
-                    raise self.fail(
+                    raise AssignError(
                         f"variable {ref.name[4:]!r} declares unknown type {declared!r}; use string, "
                         f"number, boolean, object or array<string|number|boolean|object>"
                     )
