@@ -232,14 +232,11 @@ class Loop(ContainerComponent):
         conditions = self._param.loop_termination_condition
         if not conditions:
             return False
-        return combine((self._holds(n, c) for n, c in enumerate(conditions, 1)), self._param.logical_operator)
+        return combine((self._holds(c) for c in conditions), self._param.logical_operator)
 
-    def _holds(self, n: int, cond: dict) -> bool:
+    def _holds(self, cond: dict) -> bool:
         left = read_value(self, cond["variable"])
         right = cond.get("value")
         if cond["input_mode"] == "variable":
             right = read_value(self, right)
-        try:
-            return compare(left, cond["operator"], "" if right is None else right)
-        except ValueError as e:
-            raise self.fail(f"loop_termination_condition item {n}: {e}") from None
+        return compare(left, cond["operator"], "" if right is None else right)
