@@ -102,6 +102,18 @@ def http_status_for_name(error_type: str | None) -> tuple[int, int]:
     return http_status_for_type(cls if isinstance(cls, type) else None)
 
 
+def turn_failure_status(status: str, error_type: str | None) -> tuple[int, int]:
+    """``(code, HTTP status)`` of a turn that ended ``failed`` or ``cancelled``.
+
+    A cancelled turn is 103/409 (stopped on request, not a server fault); a failed one
+    is 100 with 502/504 when an LLM provider failed or timed out, else 500.
+    """
+    if status == "cancelled":
+        return OPERATING_ERROR, 409
+    _, http_status = http_status_for_name(error_type)
+    return (EXCEPTION_ERROR, http_status if http_status >= 500 else 500)
+
+
 def reply_for(exc: BaseException) -> tuple[dict, int]:
     """The envelope and HTTP status answering ``exc``."""
     if isinstance(exc, ApiError):

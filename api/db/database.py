@@ -118,6 +118,11 @@ def open_database(url: str, max_connections: int = 32) -> Database:
             raise ValueError(f"database URL {url!r} names no database; add it: mysql://host:3306/agentcanvas")
         kwargs.setdefault("charset", "utf8mb4")
         kwargs.setdefault("connect_timeout", 10)
+        # Report rows *matched* by an UPDATE, as SQLite does, not rows changed: a
+        # conditional UPDATE that sets a value already there still counts as a hit.
+        from pymysql.constants import CLIENT
+
+        kwargs["client_flag"] = int(kwargs.get("client_flag") or 0) | CLIENT.FOUND_ROWS
         return ReconnectingPooledMySQLDatabase(
             name, max_connections=max_connections, stale_timeout=300, timeout=30, **kwargs
         )

@@ -1,0 +1,66 @@
+"""``/api/v1/agents``: agents and their versions."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, request
+
+from api.auth import require_api_token
+from api.config import canvas_limits
+from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id
+from api.services import agents
+
+bp = Blueprint("agents", __name__, url_prefix="/api/v1")
+bp.before_request(require_api_token)
+
+
+@bp.post("/agents")
+def create_agent():
+    body = json_body()
+    if body.get("dsl") is None:
+        field(body, "dsl", dict, required=True)
+    agent = agents.create_agent(
+        tenant_id(),
+        body.get("title"),
+        body.get("dsl"),
+        body.get("description"),
+        canvas_limits(current_app.config),
+    )
+    return ok(agents.agent_json(agent))
+
+
+@bp.get("/agents")
+def list_agents():
+    page, page_size = page_args()
+    orderby, desc = order_args(agents.ORDER_FIELDS, "update_time")
+    rows, total = agents.list_agents(
+        tenant_id(), page, page_size, orderby, desc, request.args.get("id"), request.args.get("title")
+    )
+    with_dsl = arg_flag("dsl", True)
+    return ok([agents.agent_json(a, with_dsl) for a in rows], total=total)
+
+
+@bp.get("/agents/<agent_id>")
+def get_agent(agent_id: str):
+    return ok(agents.agent_json(agents.get_agent(tenant_id(), agent_id)))
+
+
+@bp.put("/agents/<agent_id>")
+def update_agent(agent_id: str):
+    agent = agents.update_agent(tenant_id(), agent_id, json_body(), canvas_limits(current_app.config))
+    return ok(agents.agent_json(agent))
+
+
+@bp.delete("/agents/<agent_id>")
+def delete_agent(agent_id: str):
+    agents.delete_agent(tenant_id(), agent_id)
+    return ok(True)
+
+
+@bp.get("/agents/<agent_id>/versions")
+def list_versions(agent_id: str):
+    return ok([agents.version_json(v) for v in agents.list_versions(tenant_id(), agent_id)])
+
+
+@bp.get("/agents/<agent_id>/versions/<version_id>")
+def get_version(agent_id: str, version_id: str):
+    return ok(agents.version_json(agents.get_version(tenant_id(), agent_id, version_id), with_dsl=True))

@@ -1,0 +1,100 @@
+"""``/api/v1/agents/<id>/completions`` and ``/api/v1/agents/chat/completions``.
+
+Streamed replies are server-sent events ``data:<event json>`` ending with
+``data:[DONE]``. Without ``return_trace`` they carry only what RAGFlow's clients
+read: ``message`` chunks, then ``message_end`` or ``user_inputs`` (the form), or the
+``workflow_finished`` event of a failed turn (its ``data.content`` is the error).
+:func:`sse_reply` and :func:`blocking_reply` are shared with the other completion
+routes (embed, OpenAI-compatible).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from flask import Blueprint, Response, current_app, jsonify
+
+from api.auth import require_api_token
+from api.errors import ArgumentError, envelope, turn_failure_status
+from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
+from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
+
+bp = Blueprint("completions", __name__, url_prefix="/api/v1")
+bp.before_request(require_api_token)
+
+_DEFAULT_EVENTS = frozenset({"message", "message_end", "user_inputs"})
+
+
+def _shown(event: dict, return_trace: bool) -> bool:
+    if return_trace or event["event"] in _DEFAULT_EVENTS:
+        return True
+    return event["event"] == "workflow_finished" and event["data"].get("status") != "succeeded"
+
+
+def sse_reply(turn: Turn, return_trace: bool = False) -> Response:
+    """Stream the turn's events. A client that goes away stops only the reading."""
+
+    def frames() -> Iterator[str]:
+        for event in turn.events():
+            if _shown(event, return_trace):
+                yield sse_frame(event)
+        yield sse_frame("[DONE]")
+
+    return sse_response(frames())
+
+
+def blocking_reply(turn: Turn) -> tuple[Response, int]:
+    """Wait for the committed end of the turn; ``data`` is its ending event."""
+    result = turn.wait()
+    event = blocking_event(result, turn.session_id)
+    if result.status in ("succeeded", "paused"):
+        return ok(event), 200
+    code, status = turn_failure_status(result.status, result.error_type)
+    return jsonify(envelope(code, result.error or "the turn failed", event)), status
+
+
+def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:
+    """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)."""
+    query = body.get("question")
+    if query is None:
+        query = body.get("query")
+    if query is not None and not isinstance(query, str):
+        raise_field = "question" if "question" in body else "query"
+        field({raise_field: query}, raise_field, str)
+    return TurnRequest(
+        tenant_id=tenant_id(),
+        agent_id=agent_id,
+        session_id=field(body, "session_id", str),
+        query=query or "",
+        inputs=field(body, "inputs", dict),
+        files=field(body, "files", list),
+        user_id=field(body, "user_id", str, default=""),
+        invoke_from=invoke_from,
+        session_name=field(body, "name", str, default=""),
+    )
+
+
+def _complete(agent_id: str, body: dict):
+    req = turn_request(agent_id, body)
+    stream = flag(body.get("stream"), "stream", default=True)
+    return_trace = flag(body.get("return_trace"), "return_trace", default=False)
+    turn = turn_service().start(req)
+    return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
+
+
+@bp.post("/agents/<agent_id>/completions")
+def agent_completions(agent_id: str):
+    return _complete(agent_id, json_body())
+
+
+@bp.post("/agents/chat/completions")
+def chat_completions():
+    body = json_body()
+    agent_id = field(body, "agent_id", str, required=True)
+    if flag(body.get("openai-compatible"), "openai-compatible"):
+        # The OpenAI-compatible feature registers its handler here when installed.
+        handler = current_app.extensions.get("agentcanvas.openai_compatible")
+        if handler is None:
+            raise ArgumentError("'openai-compatible' replies are not available on this server")
+        return handler(agent_id, body)
+    return _complete(agent_id, body)

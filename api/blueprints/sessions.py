@@ -1,0 +1,80 @@
+"""``/api/v1/agents/<id>/sessions``: sessions and their conversation variables."""
+
+from __future__ import annotations
+
+from flask import Blueprint, request
+
+from api.auth import require_api_token
+from api.errors import ArgumentError, NotFound
+from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id
+from api.services import sessions, variables
+from api.services.turns import turn_service
+
+bp = Blueprint("sessions", __name__, url_prefix="/api/v1")
+bp.before_request(require_api_token)
+
+
+@bp.post("/agents/<agent_id>/sessions")
+def create_session(agent_id: str):
+    body = json_body(required=False)
+    name = field(body, "name", str, default="")
+    user_id = field(body, "user_id", str, default="")
+    row, prologue = turn_service().create_session(tenant_id(), agent_id, name=name, user_id=user_id)
+    message = [{"role": "assistant", "content": prologue}] if prologue else []
+    return ok(sessions.session_json(row, message))
+
+
+@bp.get("/agents/<agent_id>/sessions")
+def list_sessions(agent_id: str):
+    page, page_size = page_args()
+    orderby, desc = order_args(sessions.ORDER_FIELDS, "update_time")
+    with_dsl = arg_flag("dsl", False)
+    rows, total = sessions.list_sessions(
+        tenant_id(),
+        agent_id,
+        page,
+        page_size,
+        orderby,
+        desc,
+        request.args.get("id"),
+        request.args.get("user_id"),
+        with_dsl,
+    )
+    messages = sessions.messages_of([r.id for r in rows]) if arg_flag("messages", False) else {}
+    return ok([sessions.session_json(r, messages.get(r.id), with_dsl) for r in rows], total=total)
+
+
+@bp.get("/agents/<agent_id>/sessions/<session_id>")
+def get_session(agent_id: str, session_id: str):
+    with_dsl = arg_flag("dsl", False)
+    row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl)
+    return ok(sessions.session_json(row, sessions.messages_of([row.id])[row.id], with_dsl))
+
+
+@bp.delete("/agents/<agent_id>/sessions")
+def delete_sessions(agent_id: str):
+    body = json_body()
+    deleted, errors = sessions.delete_sessions(tenant_id(), agent_id, body.get("ids"))
+    if errors and not deleted:
+        raise NotFound("; ".join(errors), {"success_count": 0, "errors": errors})
+    if errors:
+        return ok(
+            {"success_count": deleted, "errors": errors},
+            message=f"deleted {deleted} session(s); {len(errors)} error(s)",
+        )
+    return ok({"success_count": deleted})
+
+
+@bp.get("/agents/<agent_id>/sessions/<session_id>/variables")
+def list_variables(agent_id: str, session_id: str):
+    row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl=True)
+    return ok(variables.list_variables(row.snapshot))
+
+
+@bp.put("/agents/<agent_id>/sessions/<session_id>/variables/<name>")
+def put_variable(agent_id: str, session_id: str, name: str):
+    body = json_body()
+    if "value" not in body:
+        raise ArgumentError("the body needs 'value': {\"value\": <new value>}")
+    saved = turn_service().save_variable(tenant_id(), agent_id, session_id, name, body["value"])
+    return ok(saved)

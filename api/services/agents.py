@@ -1,0 +1,238 @@
+"""Agents and their versions.
+
+A DSL is accepted only if :class:`agent.canvas.Canvas` loads it; the runtime's
+``DSLError`` names the component at fault and is passed on as is. Every change of
+the DSL saves a new version; sessions stay on the version they started with.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from peewee import IntegrityError
+
+from agent.canvas import Canvas, Limits
+from api.db import Agent, AgentVersion, MessageLog, Session, now_ms, write_transaction
+from api.errors import ArgumentError, Conflict, NotFound, TooLarge
+
+ORDER_FIELDS = ("create_time", "update_time", "title")
+MAX_TITLE = 255
+
+
+def unwrap_export(dsl: Any) -> Any:
+    """A RAGFlow export wraps the DSL with its title: take the DSL out."""
+    if isinstance(dsl, dict) and "components" not in dsl and isinstance(dsl.get("dsl"), dict):
+        return dsl["dsl"]
+    return dsl
+
+
+def check_dsl(dsl: Any, limits: Limits) -> tuple[str, Canvas]:
+    """The DSL as JSON text and the loaded canvas.
+
+    Raises:
+        ArgumentError: not an object (or JSON text of one).
+        TooLarge: over ``limits.max_dsl_bytes``.
+        agent.errors.DSLError: the runtime refuses it (the message names the component).
+    """
+    if isinstance(dsl, str):
+        try:
+            dsl = json.loads(dsl)
+        except ValueError as exc:
+            raise ArgumentError(f"'dsl' is text but not valid JSON: {exc}") from None
+    dsl = unwrap_export(dsl)
+    if not isinstance(dsl, dict):
+        raise ArgumentError(f"'dsl' must be a JSON object with 'components', got {type(dsl).__name__}")
+    text = json.dumps(dsl, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8"))
+    if size > limits.max_dsl_bytes:
+        raise TooLarge(f"the DSL is {size} bytes; the limit is {limits.max_dsl_bytes} (limits.max_dsl_bytes)")
+    return text, Canvas(text, limits=limits)
+
+
+def check_title(title: Any) -> str:
+    if not isinstance(title, str) or not title.strip():
+        raise ArgumentError(f"'title' must be non-empty text, got {title!r}")
+    title = title.strip()
+    if len(title) > MAX_TITLE:
+        raise ArgumentError(f"'title' is {len(title)} characters; the limit is {MAX_TITLE}")
+    return title
+
+
+def check_description(description: Any) -> str:
+    if description is None:
+        return ""
+    if not isinstance(description, str):
+        raise ArgumentError(f"'description' must be text, got {type(description).__name__}")
+    return description
+
+
+def get_agent(tenant_id: str, agent_id: str) -> Agent:
+    """The tenant's agent; another tenant's is reported exactly like a missing one."""
+    agent = Agent.get_or_none((Agent.id == agent_id) & (Agent.tenant_id == tenant_id))
+    if agent is None:
+        raise NotFound(f"agent {agent_id!r} not found")
+    return agent
+
+
+def _title_taken(tenant_id: str, title: str) -> Conflict:
+    return Conflict(f"an agent titled {title!r} already exists; choose another title or update that agent")
+
+
+def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits: Limits) -> Agent:
+    title = check_title(title)
+    description = check_description(description)
+    text, _ = check_dsl(dsl, limits)
+    now = now_ms()
+    try:
+        with write_transaction():
+            if Agent.select().where((Agent.tenant_id == tenant_id) & (Agent.title == title)).exists():
+                raise _title_taken(tenant_id, title)
+            agent = Agent.create(
+                tenant_id=tenant_id,
+                title=title,
+                description=description,
+                dsl=text,
+                version_id="",
+                create_time=now,
+                update_time=now,
+            )
+            version = AgentVersion.create(agent_id=agent.id, number=1, title=title, dsl=text, create_time=now)
+            Agent.update(version_id=version.id).where(Agent.id == agent.id).execute()
+            agent.version_id = version.id
+    except IntegrityError:
+        raise _title_taken(tenant_id, title) from None
+    return agent
+
+
+def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> Agent:
+    """Change title, description and/or DSL; a new DSL becomes a new version."""
+    changes: dict[str, Any] = {}
+    if body.get("title") is not None:
+        changes["title"] = check_title(body["title"])
+    if body.get("description") is not None:
+        changes["description"] = check_description(body["description"])
+    text = None
+    if body.get("dsl") is not None:
+        text, _ = check_dsl(body["dsl"], limits)
+    if not changes and text is None:
+        raise ArgumentError("nothing to update: give 'title', 'description' and/or 'dsl'")
+    now = now_ms()
+    try:
+        with write_transaction():
+            agent = get_agent(tenant_id, agent_id)
+            title = changes.get("title", agent.title)
+            if (
+                title != agent.title
+                and Agent.select().where((Agent.tenant_id == tenant_id) & (Agent.title == title)).exists()
+            ):
+                raise _title_taken(tenant_id, title)
+            if text is not None:
+                last = (
+                    AgentVersion.select(AgentVersion.number)
+                    .where(AgentVersion.agent_id == agent_id)
+                    .order_by(AgentVersion.number.desc())
+                    .first()
+                )
+                version = AgentVersion.create(
+                    agent_id=agent_id,
+                    number=(last.number if last else 0) + 1,
+                    title=title,
+                    dsl=text,
+                    create_time=now,
+                )
+                changes.update(dsl=text, version_id=version.id)
+            changes["update_time"] = now
+            Agent.update(**changes).where(Agent.id == agent_id).execute()
+    except IntegrityError:
+        raise _title_taken(tenant_id, changes.get("title", "")) from None
+    return get_agent(tenant_id, agent_id)
+
+
+def delete_agent(tenant_id: str, agent_id: str) -> None:
+    """Delete the agent with its versions, sessions and their message logs."""
+    with write_transaction():
+        get_agent(tenant_id, agent_id)
+        session_ids = Session.select(Session.id).where(Session.agent_id == agent_id)
+        MessageLog.delete().where(MessageLog.session_id.in_(session_ids)).execute()
+        Session.delete().where(Session.agent_id == agent_id).execute()
+        AgentVersion.delete().where(AgentVersion.agent_id == agent_id).execute()
+        Agent.delete().where(Agent.id == agent_id).execute()
+
+
+def list_agents(
+    tenant_id: str,
+    page: int,
+    page_size: int,
+    orderby: str,
+    desc: bool,
+    agent_id: str | None = None,
+    title: str | None = None,
+) -> tuple[list[Agent], int]:
+    query = Agent.select().where(Agent.tenant_id == tenant_id)
+    if agent_id:
+        query = query.where(Agent.id == agent_id)
+    if title:
+        query = query.where(Agent.title == title)
+    field = getattr(Agent, orderby)
+    total = query.count()
+    rows = list(query.order_by(field.desc() if desc else field.asc(), Agent.id).paginate(page, page_size))
+    return rows, total
+
+
+def list_versions(tenant_id: str, agent_id: str) -> list[AgentVersion]:
+    get_agent(tenant_id, agent_id)
+    query = (
+        AgentVersion.select(
+            AgentVersion.id, AgentVersion.number, AgentVersion.title, AgentVersion.create_time
+        )
+        .where(AgentVersion.agent_id == agent_id)
+        .order_by(AgentVersion.number.desc())
+    )
+    return list(query)
+
+
+def get_version(tenant_id: str, agent_id: str, version_id: str) -> AgentVersion:
+    get_agent(tenant_id, agent_id)
+    version = AgentVersion.get_or_none((AgentVersion.id == version_id) & (AgentVersion.agent_id == agent_id))
+    if version is None:
+        raise NotFound(f"version {version_id!r} of agent {agent_id!r} not found")
+    return version
+
+
+def date_of(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def agent_json(agent: Agent, with_dsl: bool = True) -> dict:
+    """An agent in RAGFlow's shape (``id``, ``title``, ``dsl``, times)."""
+    out = {
+        "id": agent.id,
+        "title": agent.title,
+        "description": agent.description,
+        "user_id": agent.tenant_id,
+        "canvas_category": "agent_canvas",
+        "avatar": None,
+        "version_id": agent.version_id,
+        "create_time": agent.create_time,
+        "create_date": date_of(agent.create_time),
+        "update_time": agent.update_time,
+        "update_date": date_of(agent.update_time),
+    }
+    if with_dsl:
+        out["dsl"] = json.loads(agent.dsl)
+    return out
+
+
+def version_json(version: AgentVersion, with_dsl: bool = False) -> dict:
+    out = {
+        "id": version.id,
+        "number": version.number,
+        "title": version.title,
+        "create_time": version.create_time,
+        "create_date": date_of(version.create_time),
+    }
+    if with_dsl:
+        out["dsl"] = json.loads(version.dsl)
+    return out

@@ -1,0 +1,139 @@
+"""Reading, listing and deleting sessions (their state is written only by :mod:`api.services.turns`)."""
+
+from __future__ import annotations
+
+import json
+
+from api.db import MessageLog, Session, write_transaction
+from api.errors import ArgumentError
+from api.services.agents import date_of, get_agent
+from api.services.turns import effective_status, turn_service
+
+ORDER_FIELDS = ("create_time", "update_time")
+_SUMMARY_FIELDS = (
+    Session.id,
+    Session.tenant_id,
+    Session.agent_id,
+    Session.agent_version_id,
+    Session.name,
+    Session.user_id,
+    Session.source,
+    Session.version,
+    Session.status,
+    Session.pending_form,
+    Session.lease_owner,
+    Session.lease_expires,
+    Session.task_id,
+    Session.round,
+    Session.prompt_tokens,
+    Session.completion_tokens,
+    Session.total_tokens,
+    Session.last_error,
+    Session.create_time,
+    Session.update_time,
+)
+
+
+def list_sessions(
+    tenant_id: str,
+    agent_id: str,
+    page: int,
+    page_size: int,
+    orderby: str,
+    desc: bool,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    with_dsl: bool = False,
+) -> tuple[list[Session], int]:
+    get_agent(tenant_id, agent_id)
+    fields = (*_SUMMARY_FIELDS, Session.snapshot) if with_dsl else _SUMMARY_FIELDS
+    query = Session.select(*fields).where((Session.agent_id == agent_id) & (Session.tenant_id == tenant_id))
+    if session_id:
+        query = query.where(Session.id == session_id)
+    if user_id:
+        query = query.where(Session.user_id == user_id)
+    total = query.count()
+    column = getattr(Session, orderby)
+    rows = list(query.order_by(column.desc() if desc else column.asc(), Session.id).paginate(page, page_size))
+    return rows, total
+
+
+def get_session(tenant_id: str, agent_id: str, session_id: str, with_dsl: bool = False) -> Session:
+    get_agent(tenant_id, agent_id)
+    fields = (*_SUMMARY_FIELDS, Session.snapshot) if with_dsl else _SUMMARY_FIELDS
+    return turn_service().find_session(tenant_id, agent_id, session_id, None, *fields)
+
+
+def messages_of(session_ids: list[str]) -> dict[str, list[dict]]:
+    """The message log of each session, oldest first."""
+    out: dict[str, list[dict]] = {sid: [] for sid in session_ids}
+    if not session_ids:
+        return out
+    query = MessageLog.select().where(MessageLog.session_id.in_(session_ids)).order_by(MessageLog.id)
+    for row in query:
+        message = {
+            "role": row.role,
+            "content": row.content,
+            "id": row.message_id or None,
+            "round": row.round,
+            "created_at": row.create_time / 1000,
+        }
+        if row.meta:
+            message.update(json.loads(row.meta))
+        out[row.session_id].append(message)
+    return out
+
+
+def delete_sessions(tenant_id: str, agent_id: str, ids: object) -> tuple[int, list[str]]:
+    """Delete the listed sessions of the agent; ``(deleted, errors)``, one error per bad id."""
+    get_agent(tenant_id, agent_id)
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise ArgumentError("'ids' must be a non-empty list of session ids")
+    errors = []
+    unique = list(dict.fromkeys(ids))
+    if len(unique) != len(ids):
+        errors.append("duplicate session ids were given; each was deleted once")
+    with write_transaction():
+        found = {
+            r.id
+            for r in Session.select(Session.id).where(
+                Session.id.in_(unique) & (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
+            )
+        }
+        for sid in unique:
+            if sid not in found:
+                errors.append(f"session {sid!r} of agent {agent_id!r} not found")
+        if found:
+            MessageLog.delete().where(MessageLog.session_id.in_(list(found))).execute()
+            Session.delete().where(Session.id.in_(list(found))).execute()
+    return len(found), errors
+
+
+def session_json(row: Session, messages: list[dict] | None = None, with_dsl: bool = False) -> dict:
+    """A session in RAGFlow's shape (``id``, ``agent_id``, ``message``, times) plus our state."""
+    out = {
+        "id": row.id,
+        "agent_id": row.agent_id,
+        "agent_version_id": row.agent_version_id,
+        "name": row.name,
+        "user_id": row.user_id,
+        "source": row.source,
+        "status": effective_status(row),
+        "pending_form": row.pending_form,
+        "version": row.version,
+        "round": row.round,
+        "task_id": row.task_id,
+        "prompt_tokens": row.prompt_tokens,
+        "completion_tokens": row.completion_tokens,
+        "total_tokens": row.total_tokens,
+        "last_error": row.last_error,
+        "create_time": row.create_time,
+        "create_date": date_of(row.create_time),
+        "update_time": row.update_time,
+        "update_date": date_of(row.update_time),
+    }
+    if messages is not None:
+        out["message"] = messages
+    if with_dsl:
+        out["dsl"] = json.loads(row.snapshot)
+    return out

@@ -1,0 +1,679 @@
+"""The turn transaction (DESIGN §7): the only code that writes a session's snapshot.
+
+A turn, in order:
+
+1. **Authorise and read**: the session row of this tenant's agent (and, for an
+   embed caller, of that end user). A lease still held answers 409 at once.
+2. **Load** the snapshot into a :class:`~agent.canvas.Canvas`.
+3. **Claim**: a conditional ``UPDATE`` takes the lease (owner, expiry) only where
+   the version is the one read and no live lease is held; it clears the cancel flag
+   and records the turn's ``task_id``. Losing that race is a 409 too.
+4. **Run** the canvas in a worker thread that feeds a queue; the HTTP response reads
+   the queue. ``message`` chunks go out as they come; the events that end the turn
+   are held back. A client that goes away does not stop the worker. A process-wide
+   :class:`LeaseKeeper` renews the lease while the turn runs and polls the cancel
+   flag, which ``canvas.cancel_check`` reads.
+5. **Commit** in one transaction: the new snapshot with ``version + 1`` only where
+   the version and the lease owner still match, the turn's messages appended to the
+   log, the lease released. Only then are the held events released to the client.
+
+A failed or cancelled turn leaves the snapshot as it was (the runtime restores it),
+records its error on the session and appends nothing to the message log. A worker
+that dies mid-turn leaves its lease to expire (``LEASE_SECONDS``); the next turn then
+proceeds from the last committed snapshot.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask import current_app
+from peewee import PeeweeException
+
+from agent.canvas import Canvas
+from agent.errors import SnapshotTooLarge
+from api.config import canvas_limits
+from api.db import MessageLog, Session, db, now_ms, write_transaction
+from api.errors import ArgumentError, Busy, NotFound
+from api.services import variables as variables_service
+from api.services.agents import get_agent
+
+log = logging.getLogger("agentcanvas.turns")
+
+#: Events that end a turn; the client gets them only after the commit.
+ENDING_EVENTS = frozenset({"message_end", "user_inputs", "workflow_finished"})
+SOURCES = ("api", "embed", "openai", "cli")
+_HOST = socket.gethostname()[:24]
+
+
+def turn_service() -> TurnService:
+    """The app's turn service (made by ``create_app``)."""
+    return current_app.extensions["agentcanvas.turns"]
+
+
+@dataclass
+class TurnRequest:
+    """One completion call.
+
+    Attributes:
+        tenant_id: the caller's tenant (authorisation).
+        agent_id: the agent the session must belong to.
+        session_id: an existing session, or ``None`` to start a new one.
+        query, inputs, files, user_id: passed to ``Canvas.run``.
+        invoke_from: ``api``, ``embed``, ``openai`` or ``cli`` (``sys.invoke_from``
+            and the ``source`` of a new session).
+        end_user: for embed callers, the end user the session is bound to: a session
+            made by another user, or through another route, is "not found".
+        services: extra objects for the canvas, over the app's ``SERVICES``.
+        session_name: the name of a new session.
+    """
+
+    tenant_id: str
+    agent_id: str
+    session_id: str | None = None
+    query: str = ""
+    inputs: dict | None = None
+    files: list | None = None
+    user_id: str = ""
+    invoke_from: str = "api"
+    end_user: str | None = None
+    services: dict | None = None
+    session_name: str = ""
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended.
+
+    Attributes:
+        status: ``succeeded``, ``paused``, ``failed`` or ``cancelled``.
+        final_event: the event that ends the turn for the client: ``message_end``,
+            ``user_inputs``, or ``workflow_finished`` of a failed/cancelled turn.
+        answer: the whole answer text streamed in this turn.
+        error, error_type: for failed and cancelled turns.
+    """
+
+    status: str
+    final_event: dict
+    answer: str = ""
+    error: str | None = None
+    error_type: str | None = None
+
+
+_DONE = object()
+
+
+@dataclass
+class Turn:
+    """A running turn. Read :meth:`events` (streaming) or call :meth:`wait` (blocking)."""
+
+    session_id: str
+    task_id: str
+    created: bool = False
+    result: TurnResult | None = None
+    _queue: queue.Queue = field(default_factory=queue.Queue)
+    _thread: threading.Thread | None = None
+
+    def events(self) -> Iterator[dict]:
+        """Every event of the turn, in order; the ending ones only after the commit."""
+        while True:
+            item = self._queue.get()
+            if item is _DONE:
+                return
+            yield item
+
+    def wait(self) -> TurnResult:
+        for _ in self.events():
+            pass
+        if self._thread is not None:
+            self._thread.join()
+        assert self.result is not None
+        return self.result
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the worker (commit included) without reading the events."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class LeaseKeeper:
+    """Renews the leases of this process's running turns and polls their cancel flags.
+
+    One thread per process, alive only while turns run. Each tick (``poll_seconds``)
+    reads the cancel flags of the running turns in one query and, every third of the
+    lease, pushes their expiry forward in one ``UPDATE``. A turn whose lease is gone
+    (taken over after an expiry, or the session deleted) is told to stop as well:
+    its commit could not succeed anyway.
+    """
+
+    def __init__(self, lease_ms: int, poll_seconds: float):
+        self.lease_ms = lease_ms
+        self.poll_seconds = poll_seconds
+        self._lock = threading.Lock()
+        self._turns: dict[str, threading.Event] = {}
+        self._thread: threading.Thread | None = None
+
+    def track(self, owner: str) -> threading.Event:
+        """Start watching the turn holding lease ``owner``; the event is set to cancel it."""
+        stop = threading.Event()
+        with self._lock:
+            self._turns[owner] = stop
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="agentcanvas-lease-keeper", daemon=True
+                )
+                self._thread.start()
+        return stop
+
+    def untrack(self, owner: str) -> None:
+        with self._lock:
+            self._turns.pop(owner, None)
+
+    def _loop(self) -> None:
+        renewed = now_ms()
+        while True:
+            with self._lock:
+                owners = list(self._turns)
+                if not owners:
+                    self._thread = None
+                    return
+            try:
+                renewed = self._tick(owners, renewed)
+            except PeeweeException as exc:
+                # The database is unreachable for now; the lease has slack (a third
+                # of it is renewed at a time), so try again next tick.
+                log.warning("lease keeper could not reach the database: %s", exc)
+            time.sleep(self.poll_seconds)
+
+    def _tick(self, owners: list[str], renewed: int) -> int:
+        with db.connection_context():
+            now = now_ms()
+            if now - renewed >= self.lease_ms // 3:
+                Session.update(lease_expires=now + self.lease_ms).where(
+                    Session.lease_owner.in_(owners)
+                ).execute()
+                renewed = now
+            rows = Session.select(Session.lease_owner, Session.cancel_requested).where(
+                Session.lease_owner.in_(owners)
+            )
+            flagged = {r.lease_owner for r in rows if r.cancel_requested}
+            present = {r.lease_owner for r in rows}
+        with self._lock:
+            for owner in owners:
+                stop = self._turns.get(owner)
+                if stop is not None and (owner in flagged or owner not in present):
+                    stop.set()
+        return renewed
+
+
+@dataclass
+class _Claim:
+    """What a claimed turn needs to commit."""
+
+    session_id: str
+    owner: str
+    version: int
+    round: int
+    prior_status: str
+    prior_pending: str | None
+    usage_before: dict
+
+
+class TurnService:
+    """Runs turns and owns every write of a session's state. One per app.
+
+    Args:
+        config: the app's config (``LEASE_SECONDS``, ``CANCEL_POLL_SECONDS``,
+            ``LIMITS``, ``SERVICES``).
+    """
+
+    def __init__(self, config: dict[str, Any]):
+        self.lease_ms = int(float(config["LEASE_SECONDS"]) * 1000)
+        self.limits = canvas_limits(config)
+        self.services: dict[str, Any] = dict(config.get("SERVICES") or {})
+        self.keeper = LeaseKeeper(self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
+
+    # ------------------------------------------------------------------ sessions
+    def create_session(
+        self, tenant_id: str, agent_id: str, name: str = "", user_id: str = "", source: str = "api"
+    ) -> tuple[Session, str]:
+        """A new session holding a copy of the agent's current DSL; ``(row, prologue)``."""
+        if source not in SOURCES:
+            raise ArgumentError(f"session source {source!r} is not one of {', '.join(SOURCES)}")
+        agent = get_agent(tenant_id, agent_id)
+        canvas = Canvas(agent.dsl, limits=self.limits)
+        canvas.reset()
+        prologue = canvas.component("begin").prologue()
+        now = now_ms()
+        with write_transaction():
+            session = Session.create(
+                tenant_id=tenant_id,
+                agent_id=agent_id,
+                agent_version_id=agent.version_id,
+                name=name,
+                user_id=user_id,
+                source=source,
+                snapshot=str(canvas),
+                create_time=now,
+                update_time=now,
+            )
+            if prologue:
+                MessageLog.create(
+                    session_id=session.id, round=0, role="assistant", content=prologue, create_time=now
+                )
+        return session, prologue
+
+    def find_session(
+        self, tenant_id: str, agent_id: str, session_id: str, end_user: str | None = None, *fields: Any
+    ) -> Session:
+        """The session, if it is this tenant's and this agent's (and this end user's)."""
+        if not isinstance(session_id, str) or not session_id:
+            raise ArgumentError(f"'session_id' must be a session id, got {session_id!r}")
+        cond = (Session.id == session_id) & (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
+        if end_user is not None:
+            cond &= (Session.user_id == end_user) & (Session.source == "embed")
+        row = Session.select(*fields).where(cond).first()
+        if row is None:
+            raise NotFound(f"session {session_id!r} of agent {agent_id!r} not found")
+        return row
+
+    # ------------------------------------------------------------------ turns
+    def start(self, req: TurnRequest) -> Turn:
+        """Authorise, claim and start a turn; its events arrive through the returned :class:`Turn`.
+
+        Raises (with nothing changed):
+            NotFound: no such agent or session for this caller.
+            Busy: another turn holds the session.
+            agent.errors.InputError / UsageError: the inputs do not fit the pending form.
+        """
+        created = False
+        if req.session_id is None:
+            row, _ = self.create_session(
+                req.tenant_id,
+                req.agent_id,
+                req.session_name,
+                req.user_id or (req.end_user or ""),
+                req.invoke_from,
+            )
+            session_id, created = row.id, True
+        else:
+            get_agent(req.tenant_id, req.agent_id)
+            session_id = req.session_id
+        row = self.find_session(req.tenant_id, req.agent_id, session_id, req.end_user)
+        if _lease_live(row):
+            raise _busy(session_id)
+        canvas = Canvas(row.snapshot, limits=self.limits, services={**self.services, **(req.services or {})})
+        pending = canvas.pending_form()
+        # A resumed form continues the turn that paused: same task id in its events.
+        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else uuid.uuid4().hex
+        claim = self._claim(row, task_id, canvas)
+        try:
+            events = canvas.run(
+                query=req.query,
+                user_id=req.user_id or req.end_user or row.user_id,
+                inputs=req.inputs,
+                files=req.files,
+                conversation_id=session_id,
+                agent_id=req.agent_id,
+                invoke_from=req.invoke_from,
+                task_id=task_id,
+            )
+        except BaseException:
+            self._release(claim)
+            raise
+        stop = self.keeper.track(claim.owner)
+        canvas.cancel_check = stop.is_set
+        turn = Turn(session_id=session_id, task_id=task_id, created=created)
+        turn._thread = threading.Thread(
+            target=self._drive,
+            args=(turn, canvas, events, claim, req),
+            name=f"agentcanvas-turn-{session_id[:8]}",
+            daemon=True,
+        )
+        turn._thread.start()
+        return turn
+
+    def _claim(self, row: Session, task_id: str, canvas: Canvas) -> _Claim:
+        owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+        now = now_ms()
+        claimed = (
+            Session.update(
+                lease_owner=owner,
+                lease_expires=now + self.lease_ms,
+                cancel_requested=False,
+                task_id=task_id,
+                status="running",
+            )
+            .where(
+                (Session.id == row.id)
+                & (Session.version == row.version)
+                & (Session.lease_owner.is_null() | (Session.lease_expires < now))
+            )
+            .execute()
+        )
+        if claimed != 1:
+            raise _busy(row.id)
+        # A resumed turn carries the usage of its paused part, already counted.
+        usage = {}
+        if canvas.pending_form() is not None and canvas.turn:
+            usage = canvas.turn.get("usage") or {}
+        return _Claim(
+            session_id=row.id,
+            owner=owner,
+            version=row.version,
+            round=row.round,
+            prior_status="paused" if row.pending_form else "idle",
+            prior_pending=row.pending_form,
+            usage_before=dict(usage),
+        )
+
+    def _release(self, claim: _Claim) -> None:
+        """Give the lease back without writing anything (the turn never started)."""
+        Session.update(lease_owner=None, lease_expires=0, status=claim.prior_status).where(
+            (Session.id == claim.session_id) & (Session.lease_owner == claim.owner)
+        ).execute()
+
+    def _drive(
+        self, turn: Turn, canvas: Canvas, events: Iterator[dict], claim: _Claim, req: TurnRequest
+    ) -> None:
+        """The worker: run the canvas, commit, then release the ending events."""
+        held: list[dict] = []
+        parts: list[str] = []
+        try:
+            try:
+                for event in events:
+                    if event["event"] in ENDING_EVENTS:
+                        held.append(event)
+                        continue
+                    if event["event"] == "message":
+                        parts.append(str(event["data"].get("content") or ""))
+                    turn._queue.put(event)
+            except Exception as exc:  # noqa: BLE001 - run() should not raise; never lose the lease over it
+                log.exception("canvas run raised")
+                held = [
+                    _failure_event(canvas, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
+                ]
+            finally:
+                self.keeper.untrack(claim.owner)
+            result = _result_of(held, "".join(parts))
+            try:
+                with db.connection_context():
+                    committed = self._commit(canvas, claim, req, result)
+            except Exception as exc:  # noqa: BLE001 - reported to the client below
+                log.exception("turn of session %s could not be saved", claim.session_id)
+                message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
+                held = [_failure_event(canvas, message, "TurnNotSaved")]
+                committed = _result_of(held, result.answer)
+                self._try_release(claim)
+            if committed is not result and committed.final_event not in held:
+                held = [committed.final_event]
+            result = committed
+            turn.result = result
+            for event in held:
+                turn._queue.put(event)
+        finally:
+            turn._queue.put(_DONE)
+
+    def _try_release(self, claim: _Claim) -> None:
+        try:
+            with db.connection_context():
+                self._release(claim)
+        except PeeweeException:
+            log.warning("could not release the lease of session %s; it expires by itself", claim.session_id)
+
+    def _commit(self, canvas: Canvas, claim: _Claim, req: TurnRequest, result: TurnResult) -> TurnResult:
+        """The one transaction at the end of a turn; returns the result as committed."""
+        snapshot = None
+        if result.status in ("succeeded", "paused"):
+            try:
+                snapshot = str(canvas)
+            except SnapshotTooLarge as exc:
+                result = TurnResult(
+                    status="failed",
+                    final_event=_failure_event(canvas, str(exc), type(exc).__name__),
+                    answer=result.answer,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
+        now = now_ms()
+        changes: dict[Any, Any] = {
+            Session.version: Session.version + 1,
+            Session.lease_owner: None,
+            Session.lease_expires: 0,
+            Session.update_time: now,
+        }
+        usage = _usage_delta(canvas, result, claim.usage_before)
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            if usage.get(key):
+                column = getattr(Session, key)
+                changes[column] = column + int(usage[key])
+        rows: list[dict] = []
+        if snapshot is not None:
+            pending = canvas.pending_form()
+            changes.update(
+                {
+                    Session.snapshot: snapshot,
+                    Session.status: "paused" if pending is not None else "idle",
+                    Session.pending_form: pending.id if pending is not None else None,
+                    Session.round: Session.round + 1,
+                    Session.last_error: None,
+                }
+            )
+            rows = _log_rows(claim, req, result, now)
+        else:
+            changes.update({Session.status: claim.prior_status, Session.last_error: result.error})
+        with write_transaction():
+            saved = (
+                Session.update(changes)
+                .where(
+                    (Session.id == claim.session_id)
+                    & (Session.version == claim.version)
+                    & (Session.lease_owner == claim.owner)
+                )
+                .execute()
+            )
+            if saved != 1:
+                raise LeaseLost(
+                    f"session {claim.session_id!r} was taken over or deleted while the turn ran "
+                    f"(its lease of {self.lease_ms // 1000} s expired?)"
+                )
+            if rows:
+                MessageLog.insert_many(rows).execute()
+        return result
+
+    # ------------------------------------------------------------------ other writes
+    def save_variable(
+        self,
+        tenant_id: str,
+        agent_id: str,
+        session_id: str,
+        name: str,
+        value: Any,
+        end_user: str | None = None,
+    ) -> dict:
+        """Set conversation variable ``name``: a versioned write of the snapshot.
+
+        Raises:
+            NotFound: no such session or variable. ArgumentError: wrong type.
+            Busy: a turn holds the session (or wrote it meanwhile).
+        """
+        get_agent(tenant_id, agent_id)
+        row = self.find_session(tenant_id, agent_id, session_id, end_user)
+        if _lease_live(row):
+            raise _busy(session_id)
+        canvas = Canvas(row.snapshot, limits=self.limits)
+        decl = variables_service.declaration(canvas.dsl, name)
+        value = variables_service.check_value(name, decl.get("type"), value)
+        canvas.set_value(f"env.{name}", value)
+        snapshot = str(canvas)
+        now = now_ms()
+        saved = (
+            Session.update(snapshot=snapshot, version=Session.version + 1, update_time=now)
+            .where(
+                (Session.id == session_id)
+                & (Session.version == row.version)
+                & (Session.lease_owner.is_null() | (Session.lease_expires < now))
+            )
+            .execute()
+        )
+        if saved != 1:
+            raise _busy(session_id)
+        return {"name": name, "type": decl.get("type", ""), "value": value}
+
+    def request_cancel(self, tenant_id: str, task_id: str) -> dict:
+        """Raise the cancel flag of the running turn ``task_id`` (any process runs it).
+
+        Returns ``{task_id, session_id, cancelled}``; ``cancelled`` is false when
+        the task is no longer running (the flag is not left behind: it is only set
+        on a live lease, and every claim clears it).
+        """
+        row = (
+            Session.select(Session.id)
+            .where((Session.task_id == task_id) & (Session.tenant_id == tenant_id))
+            .first()
+        )
+        if row is None:
+            raise NotFound(f"task {task_id!r} not found")
+        hit = (
+            Session.update(cancel_requested=True)
+            .where(
+                (Session.id == row.id)
+                & (Session.task_id == task_id)
+                & Session.lease_owner.is_null(False)
+                & (Session.lease_expires >= now_ms())
+            )
+            .execute()
+        )
+        return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
+
+
+class LeaseLost(Exception):
+    """The commit found the session no longer held by this turn."""
+
+
+def _lease_live(row: Session) -> bool:
+    return row.lease_owner is not None and row.lease_expires >= now_ms()
+
+
+def _busy(session_id: str) -> Busy:
+    return Busy(f"session {session_id!r} is busy: another turn is running; retry when it has finished")
+
+
+def _failure_event(canvas: Canvas, message: str, error_type: str) -> dict:
+    turn = canvas.turn or {}
+    return {
+        "event": "workflow_finished",
+        "message_id": turn.get("message_id", ""),
+        "created_at": int(time.time()),
+        "task_id": turn.get("task_id", ""),
+        "session_id": canvas.globals.get("sys.conversation_id", ""),
+        "data": {
+            "status": "failed",
+            "error": message,
+            "content": message,
+            "error_type": error_type,
+            "outputs": {},
+        },
+    }
+
+
+def _result_of(held: list[dict], answer: str) -> TurnResult:
+    """Read how the turn ended from its ending events."""
+    by_name = {e["event"]: e for e in held}
+    if "user_inputs" in by_name:
+        return TurnResult(status="paused", final_event=by_name["user_inputs"], answer=answer)
+    finished = by_name.get("workflow_finished")
+    status = (finished or {}).get("data", {}).get("status", "failed")
+    if status == "succeeded":
+        final = by_name.get("message_end") or finished
+        return TurnResult(status="succeeded", final_event=final, answer=answer)
+    if finished is None:
+        finished = {
+            "event": "workflow_finished",
+            "data": {"status": "failed", "error": "the run ended without a result"},
+        }
+    data = finished.setdefault("data", {})
+    error = str(data.get("error") or "the run failed")
+    data.setdefault("content", error)
+    return TurnResult(
+        status="cancelled" if status == "cancelled" else "failed",
+        final_event=finished,
+        answer=answer,
+        error=error,
+        error_type=data.get("error_type") or ("Cancelled" if status == "cancelled" else None),
+    )
+
+
+def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
+    usage = result.final_event.get("data", {}).get("usage") if result.final_event else None
+    if not usage and canvas.turn:
+        usage = canvas.turn.get("usage")
+    usage = usage or {}
+    return {
+        k: int(usage.get(k) or 0) - int(before.get(k) or 0)
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+
+
+def _log_rows(claim: _Claim, req: TurnRequest, result: TurnResult, now: int) -> list[dict]:
+    """The message-log rows of a completed or paused turn: the user's, then the assistant's."""
+    message_id = result.final_event.get("message_id", "")
+    round_no = claim.round + 1
+    user_meta = {k: v for k, v in (("inputs", req.inputs), ("files", req.files)) if v}
+    assistant = result.answer
+    assistant_meta = None
+    if result.status == "paused":
+        data = result.final_event.get("data", {})
+        tips = str(data.get("tips") or "")
+        assistant = "\n\n".join(t for t in (assistant, tips) if t)
+        assistant_meta = {"form": data.get("inputs"), "component_id": data.get("component_id")}
+    return [
+        {
+            "session_id": claim.session_id,
+            "round": round_no,
+            "role": "user",
+            "content": req.query or "",
+            "message_id": message_id,
+            "meta": json.dumps(user_meta, ensure_ascii=False, default=str) if user_meta else None,
+            "create_time": now,
+        },
+        {
+            "session_id": claim.session_id,
+            "round": round_no,
+            "role": "assistant",
+            "content": assistant,
+            "message_id": message_id,
+            "meta": json.dumps(assistant_meta, ensure_ascii=False, default=str) if assistant_meta else None,
+            "create_time": now,
+        },
+    ]
+
+
+def blocking_event(result: TurnResult, session_id: str) -> dict:
+    """The reply ``data`` of a blocking call: the ending event, its ``content`` the whole answer."""
+    event = copy.deepcopy(result.final_event)
+    event["session_id"] = session_id
+    data = event.setdefault("data", {})
+    if result.status == "succeeded":
+        data["content"] = result.answer
+    elif result.status == "paused":
+        data["content"] = "\n\n".join(t for t in (result.answer, str(data.get("tips") or "")) if t)
+    return event
+
+
+def effective_status(row: Session) -> str:
+    """``running`` only while a live lease is held; a dead worker's session shows its last state."""
+    if row.status == "running" and not _lease_live(row):
+        return "paused" if row.pending_form else "idle"
+    return row.status
