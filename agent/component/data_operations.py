@@ -91,9 +91,24 @@ def literal_value(text: str) -> Any:
     except ValueError:
         pass
     try:
-        return ast.literal_eval(stripped)
+        return _plain(ast.literal_eval(stripped))
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
+
+
+def _plain(value: Any) -> Any:
+    """A Python literal as JSON can hold it: tuples and sets become lists, keys text."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else json.dumps(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, complex):
+        return str(value)
+    return value
 
 
 def literal_eval_deep(value: Any) -> Any:
@@ -103,8 +118,7 @@ def literal_eval_deep(value: Any) -> Any:
     if isinstance(value, list):
         return [literal_eval_deep(v) for v in value]
     if isinstance(value, str):
-        result = literal_value(value)
-        return list(result) if isinstance(result, tuple) else result
+        return literal_value(value)
     return value
 
 
