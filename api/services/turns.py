@@ -114,7 +114,7 @@ class TurnResult:
 _DONE = object()
 
 
-@dataclass
+@dataclass(eq=False)
 class Turn:
     """A running turn. Read :meth:`events` (streaming) or call :meth:`wait` (blocking)."""
 
@@ -243,6 +243,26 @@ class TurnService:
         self.limits = canvas_limits(config)
         self.services: dict[str, Any] = dict(config.get("SERVICES") or {})
         self.keeper = LeaseKeeper(self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
+        self._active: set[Turn] = set()
+        self._active_lock = threading.Lock()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until this process runs no turn (all committed); false on timeout.
+
+        For a graceful shutdown, and for tests that let a client go away mid-turn.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._active_lock:
+                running = list(self._active)
+            if not running:
+                return True
+            for turn in running:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                turn.join(left)
+            if deadline is not None and time.monotonic() >= deadline:
+                with self._active_lock:
+                    return not self._active
 
     # ------------------------------------------------------------------ sessions
     def create_session(
@@ -341,6 +361,8 @@ class TurnService:
             name=f"agentcanvas-turn-{session_id[:8]}",
             daemon=True,
         )
+        with self._active_lock:
+            self._active.add(turn)
         turn._thread.start()
         return turn
 
@@ -424,6 +446,8 @@ class TurnService:
                 turn._queue.put(event)
         finally:
             turn._queue.put(_DONE)
+            with self._active_lock:
+                self._active.discard(turn)
 
     def _try_release(self, claim: _Claim) -> None:
         try:

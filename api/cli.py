@@ -1,0 +1,302 @@
+"""The ``agentcanvas`` command.
+
+Every command takes its database from ``AGENTCANVAS_DATABASE_URL`` or
+``conf/service_conf.yaml`` (found from the package, so the working directory does not
+matter) and works while a server runs on the same database.
+
+    agentcanvas serve [--host H] [--port P] [--workers N] [--threads N] [--dev]
+    agentcanvas token create [--tenant NAME] [--embed]    # the token is the last word printed
+    agentcanvas token list [--tenant NAME]
+    agentcanvas token revoke TOKEN
+    agentcanvas agent import FILE.json [--tenant NAME] [--title TITLE]
+    agentcanvas run FILE.json [--state FILE]               # chat in the terminal, no server
+    agentcanvas components                                 # the component types this build knows
+    agentcanvas quickstart [--host H] [--port P]           # database, token, samples, then serve
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from peewee import PeeweeException
+
+from agent.errors import CanvasError
+from agent.settings import PROJECT_ROOT, load_settings
+from api import config as app_config
+from api.db import Agent, db, init_database
+from api.errors import ApiError
+
+SAMPLES_DIR = PROJECT_ROOT / "samples"
+
+
+def _settings() -> dict[str, Any]:
+    config = dict(app_config.DEFAULTS)
+    app_config.merge(config, app_config.from_settings(load_settings()))
+    return config
+
+
+def _open_db(config: dict[str, Any] | None = None) -> dict[str, Any]:
+    config = config or _settings()
+    init_database(config["DATABASE_URL"], max_connections=4)
+    return config
+
+
+def _server_defaults() -> dict[str, Any]:
+    return load_settings().get("server") or {}
+
+
+# ---------------------------------------------------------------------- tokens
+def cmd_token_create(args: argparse.Namespace) -> int:
+    from api.services import tokens
+
+    _open_db()
+    with db.connection_context():
+        tenant = tokens.tenant_by_name(args.tenant)
+        plain, _ = tokens.create_token(tenant.id, "embed" if args.embed else "api")
+    kind = "embed token" if args.embed else "API token"
+    print(f"tenant {tenant.name!r} ({tenant.id})")
+    print(f"new {kind}, shown only now: {plain}")
+    return 0
+
+
+def cmd_token_list(args: argparse.Namespace) -> int:
+    from api.services import tokens
+    from api.services.agents import date_of
+
+    _open_db()
+    with db.connection_context():
+        tenant_id = tokens.tenant_by_name(args.tenant, create=False).id if args.tenant else None
+        rows = tokens.list_tokens(tenant_id)
+    if not rows:
+        print("no tokens; make one with `agentcanvas token create`")
+    for row in rows:
+        print(f"{row.id}  {row.kind:5}  {row.hint}…  tenant {row.tenant_id}  {date_of(row.create_time)}")
+    return 0
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> int:
+    from api.services import tokens
+
+    _open_db()
+    with db.connection_context():
+        row = tokens.revoke_token(args.token)
+    print(f"revoked token {row.id} ({row.hint}…)")
+    return 0
+
+
+# ---------------------------------------------------------------------- agents
+def read_agent_file(path: str | Path) -> tuple[str, dict, str]:
+    """``(title, dsl, description)`` from a RAGFlow export or a bare DSL file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r} must hold a JSON object (a DSL or a RAGFlow export)")
+    if "components" not in data and isinstance(data.get("dsl"), dict):
+        title = data.get("title") or path.stem
+        return str(title), data["dsl"], str(data.get("description") or "")
+    return path.stem, data, ""
+
+
+def import_agent(tenant_id: str, path: str | Path, title: str | None, limits: Any) -> Agent:
+    from api.services import agents
+
+    file_title, dsl, description = read_agent_file(path)
+    return agents.create_agent(tenant_id, title or file_title, dsl, description, limits)
+
+
+def cmd_agent_import(args: argparse.Namespace) -> int:
+    from api.services import tokens
+
+    config = _open_db()
+    with db.connection_context():
+        tenant = tokens.tenant_by_name(args.tenant)
+        agent = import_agent(tenant.id, args.file, args.title, app_config.canvas_limits(config))
+    print(f"imported agent {agent.title!r} for tenant {tenant.name!r}: {agent.id}")
+    return 0
+
+
+def cmd_components(args: argparse.Namespace) -> int:
+    from agent.component import component_names
+
+    for name in component_names():
+        print(name)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agent import chat  # the terminal chat lives with the runtime
+
+    return chat.main(args.rest)
+
+
+# ---------------------------------------------------------------------- serving
+def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -> int:
+    """Run the app: gunicorn (threaded workers), or Flask's own server with ``dev``."""
+    config = _open_db()
+    if dev:
+        from api import create_app
+
+        create_app().run(host=host, port=port, threaded=True)
+        return 0
+    # Schema is up to date; drop this process's connections before gunicorn forks.
+    db.obj.close_all()
+    from gunicorn.app.base import BaseApplication
+
+    class Server(BaseApplication):
+        def load_config(self) -> None:
+            options = {
+                "bind": f"{host}:{port}",
+                "workers": workers,
+                "threads": threads,
+                "worker_class": "gthread",
+                # Turns may stream for minutes; the worker heartbeat is separate.
+                "timeout": max(120, int(float(config["LIMITS"].get("max_seconds", 600))) + 60),
+                "graceful_timeout": 30,
+                "accesslog": "-",
+                "errorlog": "-",
+            }
+            if "control_socket_disable" in self.cfg.settings:
+                # gunicorn ≥ 25 opens a control socket at one fixed path per user, so a
+                # second server on the same machine would fight over it; we do not use it.
+                options["control_socket_disable"] = True
+            for key, value in options.items():
+                self.cfg.set(key, value)
+
+        def load(self):  # noqa: ANN202 - gunicorn's signature
+            from api import create_app
+
+            return create_app()
+
+    Server().run()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return serve(args.host, args.port, args.workers, args.threads, args.dev)
+
+
+def link_hooks() -> list[Callable[..., list[str]]]:
+    """Functions ``quickstart_lines(base_url, tenant_id, agent, token)`` that blueprints offer.
+
+    A feature that has a page or URL to show per agent (the embed page) defines
+    ``quickstart_lines`` in its blueprint module; quickstart prints what it returns.
+    """
+    from api import blueprints
+
+    hooks = []
+    for bp in blueprints.blueprints():
+        module = sys.modules.get(bp.import_name)
+        hook = getattr(module, "quickstart_lines", None)
+        if callable(hook):
+            hooks.append(hook)
+    return hooks
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from api.services import tokens
+
+    config = _open_db()
+    limits = app_config.canvas_limits(config)
+    base_url = f"http://{args.host}:{args.port}"
+    with db.connection_context():
+        tenant = tokens.tenant_by_name(args.tenant)
+        plain, _ = tokens.create_token(tenant.id, "api")
+        existing = {a.title for a in Agent.select(Agent.title).where(Agent.tenant_id == tenant.id)}
+        for path in sorted(SAMPLES_DIR.glob("*.json")):
+            title, _, _ = read_agent_file(path)
+            if title in existing:
+                continue
+            try:
+                import_agent(tenant.id, path, None, limits)
+            except (CanvasError, ApiError, ValueError) as exc:
+                print(f"skipped sample {path.name}: {exc}", file=sys.stderr)
+        agents = list(Agent.select().where(Agent.tenant_id == tenant.id).order_by(Agent.title))
+    hooks = link_hooks()
+    print(f"database: {config['DATABASE_URL']}")
+    for agent in agents:
+        print(f"agent {agent.title!r}:")
+        print(f"  completions: POST {base_url}/api/v1/agents/{agent.id}/completions")
+        for hook in hooks:
+            for line in hook(base_url, tenant.id, agent, plain):
+                print(f"  {line}")
+    print(f"API token (send as 'Authorization: Bearer <token>'): {plain}")
+    sys.stdout.flush()
+    return serve(args.host, args.port, args.workers, args.threads, args.dev)
+
+
+# ---------------------------------------------------------------------- parsing
+def build_parser() -> argparse.ArgumentParser:
+    server = _server_defaults()
+    parser = argparse.ArgumentParser(prog="agentcanvas", description="Run and serve agent workflows.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--host", default=str(server.get("host") or "127.0.0.1"))
+        p.add_argument("--port", type=int, default=int(server.get("port") or 8080))
+        p.add_argument("--workers", type=int, default=int(server.get("workers") or 2))
+        p.add_argument("--threads", type=int, default=int(server.get("threads") or 8))
+        p.add_argument("--dev", action="store_true", help="Flask's development server instead of gunicorn")
+
+    p = sub.add_parser("serve", help="run the API server")
+    server_options(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("quickstart", help="set up the database, a token and the samples, then serve")
+    server_options(p)
+    p.add_argument("--tenant", default="default")
+    p.set_defaults(func=cmd_quickstart)
+
+    tok = sub.add_parser("token", help="API and embed tokens").add_subparsers(dest="action", required=True)
+    p = tok.add_parser("create", help="a new token (the last word printed)")
+    p.add_argument("--tenant", default="default", help="tenant name, made if missing")
+    p.add_argument("--embed", action="store_true", help="an embed token (embed routes only)")
+    p.set_defaults(func=cmd_token_create)
+    p = tok.add_parser("list", help="tokens (hints only; tokens are stored hashed)")
+    p.add_argument("--tenant", help="only this tenant's")
+    p.set_defaults(func=cmd_token_list)
+    p = tok.add_parser("revoke", help="delete a token, given as itself or by its id")
+    p.add_argument("token")
+    p.set_defaults(func=cmd_token_revoke)
+
+    ag = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
+    p = ag.add_parser("import", help="load a DSL file (a RAGFlow export or a bare DSL)")
+    p.add_argument("file")
+    p.add_argument("--tenant", default="default", help="tenant name, made if missing")
+    p.add_argument("--title", help="the agent's title (default: the export's title or the file name)")
+    p.set_defaults(func=cmd_agent_import)
+
+    p = sub.add_parser("run", help="chat with a DSL in the terminal (no server)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("components", help="list the component types")
+    p.set_defaults(func=cmd_components)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ApiError, CanvasError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PeeweeException as exc:
+        print(f"error: database: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
