@@ -14,7 +14,10 @@ stays text.
 
 Items run in order (a later item sees what an earlier one wrote). The type of a target
 is its declared type when it is a conversation variable with a ``type`` under
-``variables``, else the type of its current value; the rules are Dify's:
+``variables`` (the spellings the REST API checks: ``string``, ``number``, ``integer``,
+``boolean``, ``object``, ``array``, ``array<string>`` / ``array[string]`` ...), else
+the type of its current value (also for a declared type this module does not know).
+The rules are Dify's:
 
 ==============  =================================================================
 overwrite       any type; the value must have the variable's type
@@ -30,9 +33,13 @@ remove_last     arrays; an empty array stays empty
 
 A target with no value and no declared type takes any value (``append`` starts a
 list). An arithmetic result of two whole numbers that is whole stays whole (``6 /= 3``
-gives 2). A bad operation fails the component with an error naming the item and the
-variable, and undoes the items of this run that were already written (so
-``exception_method`` never leaves half an assignment behind).
+gives 2); an ``integer`` variable only takes whole numbers (``7 /= 2`` fails). Literal
+lists and objects are stored as written (references inside them are not rendered).
+
+A bad operation fails the component with an error naming the item and the variable,
+and undoes the items of this run that were already written (so ``exception_method``
+and retries never leave half an assignment behind). The node's ``inputs`` show the
+items as written, never the values (a variable may hold a secret).
 """
 
 from __future__ import annotations
@@ -62,15 +69,20 @@ OPERATORS = (
 )
 NO_PARAMETER = ("clear", "remove_first", "remove_last")
 ARITHMETIC = ("+=", "-=", "*=", "/=")
-SCALAR_KINDS = ("string", "number", "boolean", "object")
+# Larger numbers do not survive JSON in most clients (and Python refuses to print
+# integers past 4300 digits), so arithmetic stops here with a clear error.
+MAX_NUMBER = 2**63
+SCALAR_KINDS = ("string", "number", "integer", "boolean", "object")
 _KIND_NAMES = {
     "string": "string",
     "str": "string",
     "text": "string",
+    "line": "string",
+    "paragraph": "string",
     "secret": "string",
     "number": "number",
-    "integer": "number",
-    "int": "number",
+    "integer": "integer",
+    "int": "integer",
     "float": "number",
     "boolean": "boolean",
     "bool": "boolean",
@@ -84,7 +96,7 @@ _ARRAY_RE = re.compile(r"^(?:array|list)\s*(?:[<\[]\s*([a-z]+)\s*[>\]])?$")
 
 
 class VariableType:
-    """A variable's type: ``kind`` is string/number/boolean/object/array/any;
+    """A variable's type: ``kind`` is string/number/integer/boolean/object/array/any;
     arrays also have an ``element`` kind (``any`` when not constrained).
     """
 
@@ -136,7 +148,9 @@ def _fits(kind: str, value: Any) -> bool:
     if kind == "string":
         return isinstance(value, str)
     if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
     if kind == "boolean":
         return isinstance(value, bool)
     if kind == "object":
@@ -153,7 +167,9 @@ def value_fits(vtype: VariableType, value: Any) -> bool:
 
 def empty_value(vtype: VariableType) -> Any:
     """What ``clear`` leaves: the type's empty value (``None`` for an untyped target)."""
-    return {"string": "", "number": 0, "boolean": False, "object": {}, "array": []}.get(vtype.kind)
+    return {"string": "", "number": 0, "integer": 0, "boolean": False, "object": {}, "array": []}.get(
+        vtype.kind
+    )
 
 
 def describe(value: Any) -> str:
@@ -174,10 +190,14 @@ class AssignError(ValueError):
     """An operation does not fit the variable or the value; the message says why."""
 
 
+def _finite(number: int | float) -> bool:
+    return abs(number) <= MAX_NUMBER if isinstance(number, int) else math.isfinite(number)
+
+
 def _number(value: Any, what: str) -> int | float:
     if isinstance(value, bool):
         raise AssignError(f"{what} must be a number, got {describe(value)}")
-    if isinstance(value, (int, float)) and math.isfinite(value):
+    if isinstance(value, (int, float)) and _finite(value):
         return value
     if isinstance(value, str):
         text = value.strip()
@@ -186,7 +206,7 @@ def _number(value: Any, what: str) -> int | float:
                 number = convert(text)
             except ValueError:
                 continue
-            if math.isfinite(number):
+            if _finite(number):
                 return number
     raise AssignError(f"{what} must be a number, got {describe(value)}")
 
@@ -200,6 +220,8 @@ def _from_text(vtype: VariableType, value: Any) -> Any:
         return value
     if kind == "number":
         return _number(value, "the value")
+    if kind == "integer":
+        return _whole(_number(value, "the value"), "the value")
     if kind == "boolean":
         text = value.strip().lower()
         if text in ("true", "false"):
@@ -212,6 +234,14 @@ def _from_text(vtype: VariableType, value: Any) -> Any:
             raise AssignError(f"the value must be a JSON object, got {value!r} ({e})") from None
         return parsed
     return value
+
+
+def _whole(number: int | float, what: str) -> int:
+    if isinstance(number, int):
+        return number
+    if not number.is_integer():
+        raise AssignError(f"{what} must be a whole number for an integer variable, got {number!r}")
+    return int(number)
 
 
 def _arithmetic(operator: str, current: Any, value: Any) -> int | float:
@@ -231,8 +261,8 @@ def _arithmetic(operator: str, current: Any, value: Any) -> int | float:
         result = left / right
         if isinstance(left, int) and isinstance(right, int) and result.is_integer():
             result = int(result)
-    if not math.isfinite(result):
-        raise AssignError(f"{left!r} {operator[0]} {right!r} is too large to store")
+    if abs(result) > MAX_NUMBER or not math.isfinite(result):
+        raise AssignError(f"{left!r} {operator[0]} {right!r} is too large to store (limit ±2**63)")
     return result
 
 
@@ -245,9 +275,10 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
     if operator == "clear":
         return empty_value(vtype)
     if operator in ARITHMETIC:
-        if vtype.kind not in ("number", "any"):
+        if vtype.kind not in ("number", "integer", "any"):
             raise AssignError(f"{operator} works on numbers; the variable is {_a(vtype)}")
-        return _arithmetic(operator, current, value)
+        result = _arithmetic(operator, current, value)
+        return _whole(result, f"the result of {operator}") if vtype.kind == "integer" else result
     if operator in ("append", "extend", "remove_first", "remove_last"):
         if vtype.kind == "any" and current is None:
             vtype = VariableType("array", "any")
@@ -356,6 +387,7 @@ class VariableAssigner(ComponentBase):
 
     def _invoke(self, **kwargs: Any) -> None:
         written: list[tuple[str, Any]] = []
+        self.inputs_seen = {"variables": self._param.variables}
         try:
             for number, item in enumerate(self._param.variables, 1):
                 variable, operator = item["variable"], item["operator"]
@@ -365,7 +397,6 @@ class VariableAssigner(ComponentBase):
                     new = apply_operator(operator, self._type_of(variable, current), current, value)
                 except AssignError as e:
                     raise self.fail(f"item {number} ({variable} {operator}): {e}") from None
-                self.inputs_seen[variable] = value if operator not in NO_PARAMETER else None
                 written.append((variable, current))
                 self._canvas.set_value(variable, new)
         except Exception:
@@ -388,12 +419,7 @@ class VariableAssigner(ComponentBase):
         ref = parse_ref(variable)
         if ref is not None and ref.scope == "env":
             declared = self._canvas.variable_type(ref.name[len("env.") :])
-            if declared not in (None, ""):
-                vtype = parse_type(declared)
-                if vtype is None:
-                    raise AssignError(
-                        f"variable {ref.name[4:]!r} declares unknown type {declared!r}; use string, "
-                        f"number, boolean, object or array<string|number|boolean|object>"
-                    )
+            vtype = parse_type(declared) if declared not in (None, "") else None
+            if vtype is not None:
                 return vtype
         return type_of_value(current)
