@@ -57,6 +57,7 @@ class Reply:
         stall: see ``stall_after``.
         drop_after: when streamed, close the connection after this many chunks.
         usage: usage to report instead of the word counts.
+        no_usage: report no usage at all (as some servers do).
     """
 
     content: str | None = None
@@ -70,6 +71,7 @@ class Reply:
     stall: float = 0.0
     drop_after: int | None = None
     usage: dict | None = None
+    no_usage: bool = False
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -124,7 +126,9 @@ class LLMServer:
         return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> LLMServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -257,7 +261,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-            server._record(self.path, dict(self.headers), None)
+            server._record(self.path, {k.lower(): v for k, v in self.headers.items()}, None)
             if self.path.rstrip("/").endswith("/models"):
                 data = [
                     {"id": server.model, "object": "model", "created": 0, "owned_by": "agentcanvas-tests"}
@@ -276,7 +280,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     400, {"error": {"message": "the body is not JSON", "type": "invalid_request_error"}}
                 )
                 return
-            server._record(self.path, dict(self.headers), body)
+            server._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
@@ -340,7 +344,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                         "finish_reason": "tool_calls" if reply.tool_calls else "stop",
                     }
                 ],
-                "usage": self._usage(body, reply),
+                **({} if reply.no_usage else {"usage": self._usage(body, reply)}),
             }
 
         def _stream(self, body: dict, reply: Reply) -> None:
@@ -378,7 +382,7 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 for part in (args[:half], args[half:]):
                     events.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
             events.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
-            if (body.get("stream_options") or {}).get("include_usage"):
+            if (body.get("stream_options") or {}).get("include_usage") and not reply.no_usage:
                 last = chunk({})
                 last["choices"], last["usage"] = [], self._usage(body, reply)
                 events.append(last)
