@@ -84,6 +84,8 @@ class ListOperationsParam(ComponentParamBase):
         self.check_choice("operations", OPERATIONS)
         if self.operations in ("nth", "head", "tail"):
             n = to_number(self.n)
+            if isinstance(n, float) and n.is_integer():
+                n = int(n)
             if not isinstance(n, int):
                 raise ValueError(f"n must be a whole number for {self.operations}, got {self.n!r}")
             self.n = n

@@ -38,7 +38,17 @@ def failure(items, **params):
 # ---------------------------------------------------------------- nth / head / tail
 @pytest.mark.parametrize(
     ("n", "expected"),
-    [(1, ["a"]), (3, ["c"]), (-1, ["d"]), (-4, ["a"]), (0, []), (5, []), (-5, []), ("2", ["b"])],
+    [
+        (1, ["a"]),
+        (3, ["c"]),
+        (-1, ["d"]),
+        (-4, ["a"]),
+        (0, []),
+        (5, []),
+        (-5, []),
+        ("2", ["b"]),
+        (2.0, ["b"]),
+    ],
 )
 def test_nth_counts_from_one_and_from_the_end(n, expected):
     assert result(ITEMS, operations="nth", n=n) == expected
