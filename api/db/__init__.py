@@ -12,6 +12,7 @@ from api.db.database import (
 )
 from api.db.migrations import setup_schema
 from api.db.models import (
+    ALL_MODELS,
     Agent,
     AgentVersion,
     ApiToken,
@@ -34,6 +35,7 @@ def init_database(url: str, max_connections: int = 32) -> None:
 
 
 __all__ = [
+    "ALL_MODELS",
     "Agent",
     "AgentVersion",
     "ApiToken",

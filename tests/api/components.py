@@ -1,0 +1,67 @@
+"""Component types for the API tests only: they block, tick or fail on demand.
+
+They read what they need from ``canvas.services`` (the app's ``SERVICES``), so a test
+controls a turn that runs in the server's worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from agent.component import register
+from agent.component.base import ComponentBase, ComponentParamBase
+from agent.errors import LLMError, LLMTimeout
+
+
+class _Param(ComponentParamBase):
+    def __init__(self) -> None:
+        super().__init__()
+        self.error = "LLMError"
+
+
+@register
+class TestGate(ComponentBase):
+    """Streams ``"started "``, waits for ``services["gate"]`` to open, then ``"released"``."""
+
+    component_name = "TestGate"
+    param_class = _Param
+
+    def _invoke(self, **kwargs) -> Iterator[str]:
+        gate = self._canvas.services["gate"]
+
+        def chunks() -> Iterator[str]:
+            yield "started "
+            gate.wait(30)
+            yield "released"
+
+        return chunks()
+
+
+@register
+class TestTicker(ComponentBase):
+    """Streams ``"tick "`` until the run is cancelled (a bounded number of times)."""
+
+    component_name = "TestTicker"
+    param_class = _Param
+
+    def _invoke(self, **kwargs) -> Iterator[str]:
+        def chunks() -> Iterator[str]:
+            for _ in range(3000):
+                yield "tick "
+                time.sleep(0.01)
+
+        return chunks()
+
+
+@register
+class TestFail(ComponentBase):
+    """Fails like an LLM provider would: ``error`` is ``LLMError`` or ``LLMTimeout``."""
+
+    component_name = "TestFail"
+    param_class = _Param
+
+    def _invoke(self, **kwargs) -> None:
+        if self._param.error == "LLMTimeout":
+            raise LLMTimeout(f"{self.id}: the provider did not answer within 30 s")
+        raise LLMError(f"{self.id}: the provider answered HTTP 503")

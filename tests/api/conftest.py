@@ -1,0 +1,210 @@
+"""API test set-up: every test runs once on SQLite and once on the real MariaDB.
+
+SQLite: a fresh file per test. MariaDB (127.0.0.1:3306, root, no password): one
+throwaway database per test process (``agentcanvas_test_<random>``), emptied before
+each test and dropped at the end. If MariaDB does not answer, the MySQL half of the
+suite fails with a message saying so; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from peewee import MySQLDatabase, OperationalError
+
+from api import create_app
+from api.db import ALL_MODELS, SchemaVersion, db
+from api.services import tokens
+from tests.api import components  # noqa: F401 - registers the test-only component types
+
+ROOT = Path(__file__).resolve().parents[2]
+MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+
+
+def _admin() -> MySQLDatabase:
+    return MySQLDatabase("information_schema", **MYSQL)
+
+
+@pytest.fixture(scope="session")
+def mysql_url():
+    name = f"agentcanvas_test_{uuid.uuid4().hex[:12]}"
+    admin = _admin()
+    try:
+        admin.connect()
+    except OperationalError as exc:
+        pytest.fail(
+            f"MariaDB is not reachable at 127.0.0.1:3306 as root ({exc}); the MySQL API tests need it: "
+            f"start it with `make services`"
+        )
+    admin.close()
+    yield f"mysql://root@127.0.0.1:3306/{name}"
+    if db.obj is not None:
+        db.obj.close_all()
+    admin = _admin()
+    with admin.connection_context():
+        admin.execute_sql(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(params=["sqlite", "mysql"])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def app_factory(backend, tmp_path, request):
+    """Build apps on this test's database (``make(**config)``); all share the database."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'agentcanvas.db'}"
+    else:
+        url = request.getfixturevalue("mysql_url")
+    made = []
+
+    def make(**config):
+        settings = {"DATABASE_URL": url, "CANCEL_POLL_SECONDS": 0.02, "SERVICES": {"gate": threading.Event()}}
+        settings.update(config)
+        app = create_app(settings)
+        if not made and backend == "mysql":
+            with app.app_context(), db.atomic():
+                for table in ALL_MODELS:
+                    if table is SchemaVersion:
+                        continue
+                    table.delete().execute()
+        made.append(app)
+        return app
+
+    yield make
+    for app in made:
+        app.config["SERVICES"]["gate"].set()
+        app.extensions["agentcanvas.turns"].wait_idle(30)
+    if db.obj is not None:
+        db.obj.close_all()
+
+
+@pytest.fixture
+def app(app_factory):
+    return app_factory()
+
+
+def make_token(app, tenant: str = "tenant-a", kind: str = "api") -> str:
+    with app.app_context():
+        plain, _ = tokens.create_token(tokens.tenant_by_name(tenant).id, kind)
+    return plain
+
+
+class Api:
+    """A test client speaking for one tenant."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.client = app.test_client()
+        self.token = token
+
+    def headers(self, extra: dict | None = None) -> dict:
+        return {"Authorization": f"Bearer {self.token}", **(extra or {})}
+
+    def call(self, method: str, path: str, **kw):
+        kw["headers"] = self.headers(kw.get("headers"))
+        return self.client.open(f"/api/v1{path}", method=method, **kw)
+
+    def get(self, path: str, **kw):
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, **kw):
+        return self.call("POST", path, **kw)
+
+    def put(self, path: str, **kw):
+        return self.call("PUT", path, **kw)
+
+    def delete(self, path: str, **kw):
+        return self.call("DELETE", path, **kw)
+
+    def create_agent(self, dsl: dict, title: str | None = None) -> str:
+        resp = self.post("/agents", json={"title": title or f"agent-{uuid.uuid4().hex[:8]}", "dsl": dsl})
+        assert resp.status_code == 200, resp.json
+        return resp.json["data"]["id"]
+
+    def create_session(self, agent_id: str, **body) -> str:
+        resp = self.post(f"/agents/{agent_id}/sessions", json=body)
+        assert resp.status_code == 200, resp.json
+        return resp.json["data"]["id"]
+
+    def ask(self, agent_id: str, session_id: str | None, question: str = "", **body):
+        """A blocking completion; returns the response."""
+        payload = {"question": question, "stream": False, **body}
+        if session_id is not None:
+            payload["session_id"] = session_id
+        return self.post(f"/agents/{agent_id}/completions", json=payload)
+
+    def ask_stream(self, agent_id: str, session_id: str | None, question: str = "", **body) -> list:
+        """A streamed completion read to the end; returns the frames (events, then ``"[DONE]"``)."""
+        payload = {"question": question, "stream": True, "session_id": session_id, **body}
+        resp = self.post(f"/agents/{agent_id}/completions", json=payload)
+        assert resp.status_code == 200, resp.get_data(as_text=True)
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        return parse_sse(resp.get_data(as_text=True))
+
+    def session(self, agent_id: str, session_id: str, **params) -> dict:
+        resp = self.get(f"/agents/{agent_id}/sessions/{session_id}", query_string=params)
+        assert resp.status_code == 200, resp.json
+        return resp.json["data"]
+
+
+def parse_sse(text: str) -> list:
+    frames = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        assert block.startswith("data:"), block
+        body = block[len("data:") :]
+        frames.append(body if body == "[DONE]" else json.loads(body))
+    return frames
+
+
+@pytest.fixture
+def api(app) -> Api:
+    return Api(app, make_token(app, "tenant-a"))
+
+
+@pytest.fixture
+def other(app) -> Api:
+    """A second tenant."""
+    return Api(app, make_token(app, "tenant-b"))
+
+
+def sample(name: str) -> dict:
+    """A sample agent's DSL (samples/<name>.json is a RAGFlow-style export)."""
+    return json.loads((ROOT / "samples" / f"{name}.json").read_text())["dsl"]
+
+
+def dsl_of(components: dict, variables: dict | None = None, prologue: str = "Hi!") -> dict:
+    """A DSL from ``{id: (component_name, params, downstream)}``; ``begin`` is added."""
+    first = next(iter(components), None)
+    comps = {
+        "begin": {
+            "obj": {"component_name": "Begin", "params": {"prologue": prologue, "inputs": {}}},
+            "downstream": [first] if first else [],
+            "upstream": [],
+        }
+    }
+    for cid, (name, params, downstream) in components.items():
+        comps[cid] = {
+            "obj": {"component_name": name, "params": params},
+            "downstream": list(downstream),
+            "upstream": [],
+        }
+    return {
+        "components": comps,
+        "path": [],
+        "history": [],
+        "retrieval": [],
+        "globals": {},
+        "variables": variables or {},
+    }
+
+
+def echo_dsl(text: str = "echo: {sys.query}") -> dict:
+    return dsl_of({"Message:Echo": ("Message", {"content": [text]}, [])})
