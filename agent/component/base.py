@@ -135,6 +135,12 @@ class ComponentBase:
             ids += list(self._param.exception_goto or [])
         return ids
 
+    def fallback_next(self) -> list[str] | None:
+        """Where to go when a failure is replaced by the default value; ``None`` means
+        ``downstream``. A branching component names its else branch, so a failure
+        never runs every branch."""
+        return None
+
     def next_ids(self) -> list[str]:
         """Where the run goes after this component ran (``_next`` when it chose)."""
         return list(self._next) if self._next is not None else self.downstream
@@ -183,6 +189,7 @@ class ComponentBase:
         if method in ("comment", "default"):
             self.error = message
             self.outputs = {"_ERROR": message, "content": self._param.exception_default_value}
+            self._next = self.fallback_next()
             return None
         if isinstance(e, ComponentError):
             raise e

@@ -107,6 +107,9 @@ class Switch(ComponentBase):
             refs.extend(parse_ref(item["cpn_id"]) for item in cond["items"])
         return refs
 
+    def fallback_next(self) -> list[str]:
+        return list(self._param.end_cpn_ids or [])
+
     def possible_next(self) -> list[str]:
         ids = super().possible_next()
         for cond in self._param.conditions:

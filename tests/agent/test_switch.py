@@ -282,10 +282,10 @@ def test_exception_goto_routes_to_the_fallback():
     assert "unsafe" in outputs_of(events, "Switch:S")["_ERROR"]
 
 
-def test_exception_comment_records_the_error_and_continues_downstream():
-    dsl = _failing_switch(exception_method="comment", exception_default_value="n/a")
-    dsl["components"]["Switch:S"]["downstream"] = ["Message:Fallback"]
-    events = run(Canvas(dsl), "q")
+def test_exception_comment_takes_the_else_branch_not_every_branch():
+    events = run(Canvas(_failing_switch(exception_method="comment", exception_default_value="n/a")), "q")
     assert final(events)["status"] == "succeeded"
-    assert answer(events) == "fallback"
+    assert ran(events).count("Message:Yes") == 0
+    assert "Message:No" in ran(events)
     assert outputs_of(events, "Switch:S")["content"] == "n/a"
+    assert "unsafe" in outputs_of(events, "Switch:S")["_ERROR"]
