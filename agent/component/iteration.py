@@ -161,6 +161,8 @@ class IterationParam(ComponentParamBase):
             raise ValueError(
                 f"variable.value {self.variable.get('value')!r} is not a reference like 'begin@items'"
             )
+        if self.outputs in (None, []):
+            self.outputs = {}
         if not isinstance(self.outputs, dict):
             raise ValueError("outputs must be an object of {name: {'ref': 'cpn@var'}}")
         for name, spec in self.outputs.items():

@@ -59,6 +59,7 @@ from agent.conditions import (
 )
 from agent.errors import DSLError
 from agent.refs import Ref, parse_ref, to_text
+from agent.stream import LazyText
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
 _EMPTY_BY_TYPE = {"number": 0, "string": "", "boolean": False, "object": {}, "array": []}
@@ -239,4 +240,7 @@ class Loop(ContainerComponent):
         right = cond.get("value")
         if cond["input_mode"] == "variable":
             right = read_value(self, right)
+        elif isinstance(right, str):
+            right = self.render_value(right)  # as Switch does: "{begin@limit}" works here too
+            right = right.text if isinstance(right, LazyText) else right
         return compare(left, cond["operator"], "" if right is None else right)

@@ -63,6 +63,19 @@ def test_an_empty_list_goes_straight_on():
     assert answer(events) == "Done: []"
 
 
+@pytest.mark.parametrize(
+    "variable",
+    [
+        {"variable": {"input_mode": "constant", "value": ["p", "q"]}},
+        {"veriable": {"input_mode": "variable", "value": "begin@items"}},  # RAGFlow's spelling
+    ],
+)
+def test_ragflows_variable_param_stands_in_for_an_empty_items_ref(variable):
+    dsl = iteration_dsl(iteration_params={"items_ref": "", **variable})
+    _, events = run_dsl(dsl, "go", inputs={"items": ["p", "q"]})
+    assert answer(events) == '0=p\n\n1=q\n\nDone: ["0=p", "1=q"]'
+
+
 def test_json_text_holding_a_list_is_iterated():
     dsl = iteration_dsl(begin={"inputs": {"items": {"name": "Items", "type": "line"}}})
     _, events = run_dsl(dsl, "go", inputs={"items": '["p", "q"]'})

@@ -109,6 +109,16 @@ def test_variable_input_modes_read_references_when_the_loop_starts():
     assert answer(events) == "n=8"
 
 
+def test_a_constant_condition_value_may_hold_a_reference_as_in_switch():
+    conditions = [
+        {"variable": "Loop:L@n", "operator": "≥", "input_mode": "constant", "value": "{begin@stop}"}
+    ]
+    dsl = loop_dsl(conditions)
+    dsl["components"]["begin"]["obj"]["params"]["inputs"] = {"stop": {"name": "Stop", "type": "integer"}}
+    _, events = run_dsl(dsl, "go", inputs={"stop": 4})
+    assert answer(events) == "n=4"
+
+
 def test_constant_loop_variables_take_their_declared_types():
     variables = [
         {"variable": "n", "type": "number", "input_mode": "constant", "value": "2"},
