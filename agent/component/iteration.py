@@ -82,11 +82,12 @@ class ContainerComponent(ComponentBase):
 
     def descendants(self) -> list[ComponentBase]:
         """Children, their children, and so on (nested containers' bodies)."""
-        found, todo = [], [self.id]
+        found, todo, seen = [], [self.id], {self.id}
         while todo:
             pid = todo.pop()
             for c in self._canvas.components.values():
-                if c.parent_id == pid:
+                if c.parent_id == pid and c.id not in seen:  # parent_id cycles end here
+                    seen.add(c.id)
                     found.append(c)
                     todo.append(c.id)
         return found
@@ -166,7 +167,7 @@ class IterationParam(ComponentParamBase):
         if not isinstance(self.outputs, dict):
             raise ValueError("outputs must be an object of {name: {'ref': 'cpn@var'}}")
         for name, spec in self.outputs.items():
-            if isinstance(spec, dict) and "ref" in spec and parse_ref(spec["ref"]) is None:
+            if isinstance(spec, dict) and spec.get("ref") and parse_ref(spec["ref"]) is None:
                 raise ValueError(
                     f"outputs.{name}.ref {spec['ref']!r} is not a reference like 'Message:Line@content'"
                 )
@@ -194,7 +195,7 @@ class Iteration(ContainerComponent):
         return [
             (name, spec["ref"])
             for name, spec in self._param.outputs.items()
-            if isinstance(spec, dict) and isinstance(spec.get("ref"), str)
+            if isinstance(spec, dict) and spec.get("ref")  # the editor leaves "" for an unset ref
         ]
 
     def _items(self) -> tuple[str, Any]:
