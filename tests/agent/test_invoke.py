@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -107,6 +110,16 @@ def connects(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "connect", spy)
     return seen
+
+
+@pytest.fixture
+def localhost():
+    """Skips the test where 'localhost' does not resolve (it is looked up locally, never on the network)."""
+    try:
+        socket.getaddrinfo("localhost", 80)
+    except socket.gaierror:
+        pytest.skip("this machine cannot resolve 'localhost'")
+    return "localhost"
 
 
 def base(srv, host="127.0.0.1"):
@@ -281,11 +294,9 @@ def test_a_network_in_the_allow_list_admits_its_addresses(server):
     assert answer(events) == "plain words"
 
 
-def test_a_host_name_is_resolved_once_and_the_checked_address_is_called(server, connects, monkeypatch):
-    try:
-        socket.getaddrinfo("localhost", 80)
-    except socket.gaierror:
-        pytest.skip("this machine cannot resolve 'localhost'")
+def test_a_host_name_is_resolved_once_and_the_checked_address_is_called(
+    server, connects, monkeypatch, localhost
+):
     lookups = []
     real = socket.getaddrinfo
 
@@ -305,7 +316,7 @@ def test_a_host_name_is_resolved_once_and_the_checked_address_is_called(server, 
     assert server.requests[0]["headers"]["Host"] == f"localhost:{port}"
 
 
-def test_an_allow_listed_host_name_may_be_called(server):
+def test_an_allow_listed_host_name_may_be_called(server, localhost):
     port = server.server_address[1]
     canvas = invoke_canvas({"url": f"http://LocalHost:{port}/text"}, settings={"allow_hosts": ["localhost"]})
     assert answer(run(canvas, "go")) == "plain words"
@@ -319,6 +330,73 @@ def test_a_malformed_allow_list_entry_fails_naming_the_setting(server):
         "invoke.allow_hosts entry '10.0.0.0/33' is neither a host name nor a network"
         in final(events)["error"]
     )
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """The same handler over HTTPS, with a fresh self-signed certificate for 'localhost' only."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    srv.requests, srv.release, srv.cert = [], threading.Event(), cert
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    srv.socket = context.wrap_socket(srv.socket, server_side=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    yield srv
+    srv.release.set()
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_https_verifies_the_certificate_against_the_url_host(tls_server, monkeypatch, localhost):
+    """The connection goes to the checked address, but TLS still checks the host name."""
+    port = tls_server.server_address[1]
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_server.cert))  # trust the test certificate
+    events = run(
+        invoke_canvas({"url": f"https://localhost:{port}/text"}, settings={"allow_hosts": ["localhost"]}),
+        "go",
+    )
+    assert answer(events) == "plain words"
+    # The certificate names 'localhost', not the address: calling the address must fail.
+    events = run(invoke_canvas({"url": f"https://127.0.0.1:{port}/text"}), "go")
+    assert final(events)["status"] == "failed"
+    assert "SSLCertVerificationError" in final(events)["error"]
+
+
+def test_an_untrusted_certificate_fails(tls_server, localhost):
+    port = tls_server.server_address[1]
+    events = run(
+        invoke_canvas({"url": f"https://localhost:{port}/text"}, settings={"allow_hosts": ["localhost"]}),
+        "go",
+    )
+    assert final(events)["status"] == "failed"
+    assert "certificate verify failed" in final(events)["error"]
 
 
 def test_a_closed_port_fails_with_the_connection_error():
