@@ -40,15 +40,19 @@ class TestGate(ComponentBase):
 
 @register
 class TestTicker(ComponentBase):
-    """Streams ``"tick "`` until the run is cancelled (a bounded number of times)."""
+    """Streams ``"tick "`` until the run is cancelled or ``services["gate"]`` opens (at most 3000)."""
 
     component_name = "TestTicker"
     param_class = _Param
 
     def _invoke(self, **kwargs) -> Iterator[str]:
+        gate = self._canvas.services["gate"]
+
         def chunks() -> Iterator[str]:
             for _ in range(3000):
                 yield "tick "
+                if gate.is_set():
+                    return
                 time.sleep(0.01)
 
         return chunks()

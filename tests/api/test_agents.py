@@ -32,8 +32,12 @@ def test_create_list_get_update_delete(api: Api):
 
 def test_list_pages_and_orders(api: Api):
     ids = [api.create_agent(echo_dsl(), title=f"a{i}") for i in range(5)]
-    page1 = api.get("/agents", query_string={"page": 1, "page_size": 2, "orderby": "title", "desc": "false"}).json
-    page3 = api.get("/agents", query_string={"page": 3, "page_size": 2, "orderby": "title", "desc": "false"}).json
+    page1 = api.get(
+        "/agents", query_string={"page": 1, "page_size": 2, "orderby": "title", "desc": "false"}
+    ).json
+    page3 = api.get(
+        "/agents", query_string={"page": 3, "page_size": 2, "orderby": "title", "desc": "false"}
+    ).json
     assert [a["title"] for a in page1["data"]] == ["a0", "a1"]
     assert [a["title"] for a in page3["data"]] == ["a4"]
     assert page1["total"] == 5

@@ -1,0 +1,224 @@
+"""The turn transaction: leases, busy sessions, cancellation, crashed workers, disconnects."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from api.db import MessageLog, Session, now_ms
+from api.services.turns import turn_service
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
+
+
+def _gate_agent(api: Api) -> str:
+    return api.create_agent(dsl_of({"TestGate:Wait": ("TestGate", {}, [])}))
+
+
+def _start_stream(api: Api, agent_id: str, session_id: str, question: str = "go"):
+    """Start a streamed turn and read its first event; returns (response, first event)."""
+    resp = api.post(
+        f"/agents/{agent_id}/completions",
+        json={"question": question, "stream": True, "session_id": session_id},
+        buffered=False,
+    )
+    assert resp.status_code == 200
+    chunks = iter(resp.response)
+    first = next(chunks).decode()
+    return resp, chunks, json.loads(first[len("data:") :])
+
+
+def _until(condition, what: str, seconds: float = 30) -> None:
+    """Wait for ``condition()``; a safety net so a broken server fails the test instead of hanging it."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+def _rest(chunks) -> list:
+    return parse_sse("".join(c.decode() for c in chunks))
+
+
+def test_a_second_turn_while_one_runs_is_busy(api: Api):
+    gate = api.app.config["SERVICES"]["gate"]
+    agent_id = _gate_agent(api)
+    session_id = api.create_session(agent_id)
+
+    resp, chunks, first = _start_stream(api, agent_id, session_id)
+    assert first["data"]["content"] == "started "
+    assert api.session(agent_id, session_id)["status"] == "running"
+
+    busy = api.ask(agent_id, session_id, "me too")
+    assert busy.status_code == 409 and busy.json["code"] == 106
+    assert "busy" in busy.json["message"]
+
+    gate.set()
+    frames = _rest(chunks)
+    assert frames[-1] == "[DONE]" and frames[-2]["event"] == "message_end"
+    assert frames[-2]["data"]["content"] == "started released"
+    session = api.session(agent_id, session_id)
+    assert session["status"] == "idle" and session["round"] == 1
+    # The refused turn left no trace.
+    assert [m["content"] for m in session["message"] if m["role"] == "user"] == ["go"]
+    # Right after [DONE] the next turn gets the session (the commit came first).
+    assert api.ask(agent_id, session_id, "next").status_code == 200
+
+
+def test_concurrent_turns_one_wins_the_rest_are_busy(api: Api):
+    gate = api.app.config["SERVICES"]["gate"]
+    agent_id = _gate_agent(api)
+    session_id = api.create_session(agent_id)
+    statuses: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def turn() -> None:
+        client = Api(api.app, api.token)
+        start.wait()
+        resp = client.ask(agent_id, session_id, "race")
+        with lock:
+            statuses.append(resp.status_code)
+
+    threads = [threading.Thread(target=turn) for _ in range(6)]
+    for t in threads:
+        t.start()
+    # Let the losers come back with 409 before the winner may finish.
+    _until(lambda: statuses.count(409) == 5 or len(statuses) == 6, "the five refused turns")
+    gate.set()
+    for t in threads:
+        t.join()
+    assert sorted(statuses) == [200] + [409] * 5
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 1 and session["version"] == 2
+    assert [m["role"] for m in session["message"]] == ["assistant", "user", "assistant"]
+
+
+def test_cancel_from_another_thread_and_it_does_not_stick(api: Api):
+    agent_id = api.create_agent(dsl_of({"TestTicker:T": ("TestTicker", {}, [])}))
+    session_id = api.create_session(agent_id)
+    resp, chunks, first = _start_stream(api, agent_id, session_id)
+    task_id = first["task_id"]
+
+    result = {}
+
+    def cancel() -> None:
+        result["resp"] = Api(api.app, api.token).post(f"/tasks/{task_id}/cancel")
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    canceller.join()
+    assert result["resp"].json["code"] == 0 and result["resp"].json["data"]["cancelled"] is True
+
+    frames = _rest(chunks)
+    assert frames[-1] == "[DONE]"
+    assert frames[-2]["event"] == "workflow_finished" and frames[-2]["data"]["status"] == "cancelled"
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 0 and session["status"] == "idle"
+
+    # Nothing is running now: a cancel is reported as such and leaves no flag behind.
+    again = api.post(f"/tasks/{task_id}/cancel")
+    assert again.json["code"] == 0 and again.json["data"]["cancelled"] is False
+    api.app.config["SERVICES"]["gate"].set()  # the ticker now ends after one tick
+    after = api.ask(agent_id, session_id, "x")
+    assert after.status_code == 200 and after.json["data"]["data"]["content"] == "tick "
+
+
+def test_cancelled_blocking_turn_reply(api: Api):
+    agent_id = api.create_agent(dsl_of({"TestTicker:T": ("TestTicker", {}, [])}))
+    session_id = api.create_session(agent_id)
+    replies = {}
+
+    def ask() -> None:
+        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, "long")
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    with api.app.app_context():
+        _until(lambda: Session.get_by_id(session_id).lease_owner is not None, "the turn to claim the session")
+        task_id = Session.get_by_id(session_id).task_id
+    assert api.post(f"/tasks/{task_id}/cancel").json["data"]["cancelled"] is True
+    asker.join()
+    resp = replies["resp"]
+    assert resp.status_code == 409 and resp.json["code"] == 103
+    assert resp.json["data"]["data"]["status"] == "cancelled"
+    assert resp.json["data"]["data"]["content"] == resp.json["message"]
+
+
+def test_crashed_worker_lease_expires_then_the_next_turn_proceeds(api: Api):
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    api.ask(agent_id, session_id, "before the crash")
+    committed = api.session(agent_id, session_id, dsl="true")
+
+    # A worker claimed the session and died: its lease is left in the row.
+    with api.app.app_context():
+        Session.update(
+            lease_owner="dead-host:1:abc", lease_expires=now_ms() + 60_000, status="running"
+        ).where(Session.id == session_id).execute()
+    resp = api.ask(agent_id, session_id, "during")
+    assert resp.status_code == 409 and resp.json["code"] == 106
+    assert api.session(agent_id, session_id)["status"] == "running"
+
+    # Time passes: the lease is now in the past.
+    with api.app.app_context():
+        Session.update(lease_expires=now_ms() - 1).where(Session.id == session_id).execute()
+    shown = api.session(agent_id, session_id, dsl="true")
+    assert shown["status"] == "idle" and shown["dsl"] == committed["dsl"]
+    resp = api.ask(agent_id, session_id, "after")
+    assert resp.status_code == 200 and resp.json["data"]["data"]["content"] == "echo: after"
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 2 and session["version"] == committed["version"] + 1
+
+
+def test_client_disconnect_does_not_stop_or_lose_the_turn(api: Api):
+    gate = api.app.config["SERVICES"]["gate"]
+    agent_id = _gate_agent(api)
+    session_id = api.create_session(agent_id)
+    resp, chunks, first = _start_stream(api, agent_id, session_id)
+    resp.close()  # the client goes away mid-answer
+    gate.set()
+    assert turn_service_of(api).wait_idle(30)
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 1 and session["status"] == "idle"
+    assert session["message"][-1]["content"] == "started released"
+
+
+def test_session_deleted_mid_turn_reports_that_the_turn_was_not_saved(api: Api):
+    gate = api.app.config["SERVICES"]["gate"]
+    agent_id = _gate_agent(api)
+    session_id = api.create_session(agent_id)
+    resp, chunks, first = _start_stream(api, agent_id, session_id)
+    assert api.delete(f"/agents/{agent_id}/sessions", json={"ids": [session_id]}).json["code"] == 0
+    gate.set()
+    frames = _rest(chunks)
+    assert frames[-2]["event"] == "workflow_finished" and frames[-2]["data"]["status"] == "failed"
+    assert "not be saved" in frames[-2]["data"]["content"]
+    with api.app.app_context():
+        assert MessageLog.select().where(MessageLog.session_id == session_id).count() == 0
+
+
+def test_lease_is_renewed_while_a_turn_runs(app_factory):
+    app = app_factory(LEASE_SECONDS=0.3)
+    api = Api(app, make_token(app))
+    gate = app.config["SERVICES"]["gate"]
+    agent_id = _gate_agent(api)
+    session_id = api.create_session(agent_id)
+    resp, chunks, first = _start_stream(api, agent_id, session_id)
+    with app.app_context():
+        first_expiry = Session.get_by_id(session_id).lease_expires
+    _until(lambda: now_ms() > first_expiry + 300, "the first lease to run out")
+    # Past the first expiry the lease is still held: a second turn is refused.
+    busy = api.post(
+        f"/agents/{agent_id}/completions",
+        json={"question": "me too", "session_id": session_id},
+        buffered=False,
+    )
+    assert busy.status_code == 409, busy.get_data(as_text=True)
+    gate.set()
+    assert _rest(chunks)[-2]["event"] == "message_end"
+
+
+def turn_service_of(api: Api):
+    with api.app.app_context():
+        return turn_service()
