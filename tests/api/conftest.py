@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from peewee import MySQLDatabase, OperationalError
 
+import tests.api.components  # noqa: F401 - registers the test-only component types
 from api import create_app
 from api.db import ALL_MODELS, SchemaVersion, db
 from api.services import tokens
-from tests.api import components  # noqa: F401 - registers the test-only component types
 
 ROOT = Path(__file__).resolve().parents[2]
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
