@@ -134,9 +134,18 @@ def _providers(settings: Mapping[str, Any]) -> dict[str, dict]:
                 if settings.get("model")
                 else []
             ),
-            "_api_key": settings.get("api_key") or "",
+            "_api_key": _env_api_key(settings),
         }
     return out
+
+
+def _env_api_key(settings: Mapping[str, Any]) -> str:
+    key = settings.get("api_key")
+    if key is not None and not isinstance(key, str):
+        # load_settings() reads values as YAML scalars: a key such as "0123" would have
+        # become the number 123. Take the variable's text as it is.
+        key = os.environ.get("AGENTCANVAS_LLM_API_KEY", str(key))
+    return key or ""
 
 
 def _default_provider(settings: Mapping[str, Any], providers: dict[str, dict]) -> dict:
