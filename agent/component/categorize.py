@@ -62,11 +62,11 @@ class CategorizeParam(LLMParam):
             if not isinstance(to, list) or not to or not all(isinstance(t, str) and t for t in to):
                 raise ValueError(f"category {name!r} needs 'to': a non-empty list of component ids")
             examples = cat.get("examples") or []
-            if isinstance(examples, str):
-                examples = [examples]
+            if isinstance(examples, str):  # older RAGFlow templates: one example per line
+                examples = examples.splitlines()
             if not isinstance(examples, list):
                 raise ValueError(f"category {name!r}: examples must be a list of texts")
-            cat["examples"] = [to_text(e) for e in examples if e not in (None, "")]
+            cat["examples"] = [to_text(e) for e in examples if e not in (None, "") and to_text(e).strip()]
             if not isinstance(cat.get("description", "") or "", str):
                 raise ValueError(f"category {name!r}: description must be text")
         if self.query in (None, ""):

@@ -121,6 +121,18 @@ def test_query_reads_a_bare_reference_and_memory_keeps_the_chosen_category(llm):
     ]
 
 
+def test_examples_written_as_lines_of_one_text_are_each_an_example(llm):
+    categories = {
+        "1. contact": {"examples": "My phone number is 203921\nmail me at a@b.c", "to": "Message:Bill"},
+        "2. casual": {"examples": ["How are you?"], "to": ["Message:Other"]},
+    }
+    llm.queue(text("1. contact"))
+    events = run(router(llm, categories), "call me")
+    assert ran(events)[-1] == "Message:Bill"
+    system = llm.chat_requests()[0]["messages"][0]["content"]
+    assert "Example (1. contact): My phone number is 203921\nExample (1. contact): mail me at a@b.c" in system
+
+
 def test_routing_back_to_an_earlier_component_is_allowed(llm):
     dsl = make_dsl(
         node("Message:Hello", "Message", {"content": ["hello"]}),
