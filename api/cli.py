@@ -231,6 +231,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
                 print(f"  {line}")
     print(f"API token (send as 'Authorization: Bearer <token>'): {plain}")
     sys.stdout.flush()
+    if args.no_serve:
+        return 0
     return serve(args.host, args.port, args.workers, args.threads, args.dev)
 
 
@@ -254,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("quickstart", help="set up the database, a token and the samples, then serve")
     server_options(p)
     p.add_argument("--tenant", default="default")
+    p.add_argument("--no-serve", action="store_true", help="set up and print, but do not start the server")
     p.set_defaults(func=cmd_quickstart)
 
     tok = sub.add_parser("token", help="API and embed tokens").add_subparsers(dest="action", required=True)

@@ -18,7 +18,7 @@ from peewee import MySQLDatabase, OperationalError
 
 import tests.api.components  # noqa: F401 - registers the test-only component types
 from api import create_app
-from api.db import ALL_MODELS, SchemaVersion, db
+from api.db import ALL_MODELS, SchemaVersion, db, init_database
 from api.services import tokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,24 +55,33 @@ def backend(request) -> str:
 
 
 @pytest.fixture
-def app_factory(backend, tmp_path, request):
-    """Build apps on this test's database (``make(**config)``); all share the database."""
+def database_url(backend, tmp_path, request) -> str:
+    """This test's empty database: a new SQLite file, or the emptied MariaDB database."""
     if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'agentcanvas.db'}"
-    else:
-        url = request.getfixturevalue("mysql_url")
+        return f"sqlite:///{tmp_path / 'agentcanvas.db'}"
+    url = request.getfixturevalue("mysql_url")
+    init_database(url, max_connections=4)
+    with db.connection_context(), db.atomic():
+        for table in ALL_MODELS:
+            if table is not SchemaVersion:
+                table.delete().execute()
+    db.obj.close_all()
+    return url
+
+
+@pytest.fixture
+def app_factory(database_url):
+    """Build apps on this test's database (``make(**config)``); all share the database."""
     made = []
 
     def make(**config):
-        settings = {"DATABASE_URL": url, "CANCEL_POLL_SECONDS": 0.02, "SERVICES": {"gate": threading.Event()}}
+        settings = {
+            "DATABASE_URL": database_url,
+            "CANCEL_POLL_SECONDS": 0.02,
+            "SERVICES": {"gate": threading.Event()},
+        }
         settings.update(config)
         app = create_app(settings)
-        if not made and backend == "mysql":
-            with app.app_context(), db.atomic():
-                for table in ALL_MODELS:
-                    if table is SchemaVersion:
-                        continue
-                    table.delete().execute()
         made.append(app)
         return app
 

@@ -1,0 +1,104 @@
+"""The ``agentcanvas`` command as a real process, from a directory other than the project's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.api.conftest import ROOT, Api, echo_dsl
+
+AGENTCANVAS = Path(sys.executable).parent / "agentcanvas"
+
+
+@pytest.fixture
+def cli(database_url, tmp_path):
+    if not AGENTCANVAS.exists():
+        pytest.fail(f"{AGENTCANVAS} is missing: install the project with `make install` (pip install -e .)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCANVAS_")}
+    env["AGENTCANVAS_DATABASE_URL"] = database_url
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [str(AGENTCANVAS), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        if ok:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    return run
+
+
+def test_token_create_list_revoke(cli, app_factory):
+    token = cli("token", "create", "--tenant", "acme").stdout.strip().splitlines()[-1].split()[-1]
+    app = app_factory()
+    api = Api(app, token)
+    assert api.get("/agents").status_code == 200
+
+    listing = cli("token", "list").stdout
+    assert token not in listing and token[:9] in listing
+    token_id = api.get("/system/tokens").json["data"][0]["id"]
+    assert token_id in listing
+
+    cli("token", "revoke", token)
+    assert api.get("/agents").status_code == 401
+    failed = cli("token", "revoke", token, ok=False)
+    assert failed.returncode != 0 and "no such token" in failed.stderr
+
+    embed = cli("token", "create", "--tenant", "acme", "--embed").stdout.split()[-1]
+    assert embed.startswith("acembed-")
+
+
+def test_agent_import_export_and_bare_dsl(cli, app_factory, tmp_path):
+    cli("agent", "import", str(ROOT / "samples" / "greeting.json"), "--tenant", "acme")
+    bare = tmp_path / "my_echo.json"
+    bare.write_text(json.dumps(echo_dsl()))
+    cli("agent", "import", str(bare), "--tenant", "acme")
+    token = cli("token", "create", "--tenant", "acme").stdout.split()[-1]
+    api = Api(app_factory(), token)
+    assert sorted(a["title"] for a in api.get("/agents").json["data"]) == ["Greeting", "my_echo"]
+
+    again = cli("agent", "import", str(bare), "--tenant", "acme", ok=False)
+    assert again.returncode == 2 and "'my_echo' already exists" in again.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text(
+        json.dumps({**echo_dsl(), "components": {"begin": {"obj": {"component_name": "Nope"}}}})
+    )
+    failed = cli("agent", "import", str(broken), ok=False)
+    assert failed.returncode == 2 and "begin" in failed.stderr and "'Nope'" in failed.stderr
+    missing = cli("agent", "import", str(tmp_path / "absent.json"), ok=False)
+    assert "cannot read" in missing.stderr
+    assert len(api.get("/agents").json["data"]) == 2
+
+
+def test_quickstart_sets_up_token_and_samples_once(cli, app_factory):
+    first = cli("quickstart", "--no-serve", "--port", "9999").stdout
+    token = first.strip().splitlines()[-1].split()[-1]
+    api = Api(app_factory(), token)
+    titles = sorted(a["title"] for a in api.get("/agents").json["data"])
+    samples = sorted(json.loads(p.read_text())["title"] for p in (ROOT / "samples").glob("*.json"))
+    assert titles == samples
+    for agent in api.get("/agents").json["data"]:
+        assert f"http://127.0.0.1:9999/api/v1/agents/{agent['id']}/completions" in first
+    cli("quickstart", "--no-serve")
+    assert len(api.get("/agents").json["data"]) == len(samples)
+
+
+def test_run_chats_without_a_server(cli, tmp_path):
+    state = tmp_path / "state.json"
+    out = cli(
+        "run", str(ROOT / "samples" / "greeting.json"), "--state", str(state), "--query", "hello"
+    ).stdout
+    assert "You said: hello" in out and state.exists()
+
+
+def test_bad_database_url_is_reported(cli, tmp_path):
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": "postgres://nowhere/db"}
+    done = subprocess.run(
+        [str(AGENTCANVAS), "token", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "unsupported scheme 'postgres'" in done.stderr
