@@ -54,6 +54,7 @@ log = logging.getLogger("agentcanvas.turns")
 #: Events that end a turn; the client gets them only after the commit.
 ENDING_EVENTS = frozenset({"message_end", "user_inputs", "workflow_finished"})
 SOURCES = ("api", "embed", "openai", "cli")
+MAX_ERROR_CHARS = 4000
 _HOST = socket.gethostname()[:24]
 
 
@@ -328,7 +329,6 @@ class TurnService:
             )
             session_id, created = row.id, True
         else:
-            get_agent(req.tenant_id, req.agent_id)
             session_id = req.session_id
         row = self.find_session(req.tenant_id, req.agent_id, session_id, req.end_user)
         if _lease_live(row):
@@ -359,7 +359,9 @@ class TurnService:
             target=self._drive,
             args=(turn, canvas, events, claim, req),
             name=f"agentcanvas-turn-{session_id[:8]}",
-            daemon=True,
+            # Not a daemon: a server process that shuts down (gunicorn's graceful exit)
+            # lets its running turns commit before the interpreter ends.
+            daemon=False,
         )
         with self._active_lock:
             self._active.add(turn)
@@ -496,7 +498,10 @@ class TurnService:
             )
             rows = _log_rows(claim, req, result, now)
         else:
-            changes.update({Session.status: claim.prior_status, Session.last_error: result.error})
+            error = result.error or ""
+            if len(error) > MAX_ERROR_CHARS:
+                error = error[: MAX_ERROR_CHARS - 1] + "…"
+            changes.update({Session.status: claim.prior_status, Session.last_error: error})
         with write_transaction():
             saved = (
                 Session.update(changes)
