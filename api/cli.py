@@ -30,6 +30,7 @@ from agent.settings import PROJECT_ROOT, load_settings
 from api import config as app_config
 from api.db import Agent, db, init_database
 from api.errors import ApiError
+from api.services.tokens import DEFAULT_TENANT
 
 SAMPLES_DIR = PROJECT_ROOT / "samples"
 
@@ -255,13 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quickstart", help="set up the database, a token and the samples, then serve")
     server_options(p)
-    p.add_argument("--tenant", default="default")
+    p.add_argument("--tenant", default=DEFAULT_TENANT)
     p.add_argument("--no-serve", action="store_true", help="set up and print, but do not start the server")
     p.set_defaults(func=cmd_quickstart)
 
     tok = sub.add_parser("token", help="API and embed tokens").add_subparsers(dest="action", required=True)
     p = tok.add_parser("create", help="a new token (the last word printed)")
-    p.add_argument("--tenant", default="default", help="tenant name, made if missing")
+    p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant name, made if missing")
     p.add_argument("--embed", action="store_true", help="an embed token (embed routes only)")
     p.set_defaults(func=cmd_token_create)
     p = tok.add_parser("list", help="tokens (hints only; tokens are stored hashed)")
@@ -274,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag = sub.add_parser("agent", help="agents").add_subparsers(dest="action", required=True)
     p = ag.add_parser("import", help="load a DSL file (a RAGFlow export or a bare DSL)")
     p.add_argument("file")
-    p.add_argument("--tenant", default="default", help="tenant name, made if missing")
+    p.add_argument("--tenant", default=DEFAULT_TENANT, help="tenant name, made if missing")
     p.add_argument("--title", help="the agent's title (default: the export's title or the file name)")
     p.set_defaults(func=cmd_agent_import)
 

@@ -55,17 +55,13 @@ def blocking_reply(turn: Turn) -> tuple[Response, int]:
 
 def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:
     """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)."""
-    query = body.get("question")
-    if query is None:
-        query = body.get("query")
-    if query is not None and not isinstance(query, str):
-        raise_field = "question" if "question" in body else "query"
-        field({raise_field: query}, raise_field, str)
+    # RAGFlow's SDK sends "question"; its HTTP docs say "query".
+    query = field(body, "question" if body.get("question") is not None else "query", str, default="")
     return TurnRequest(
         tenant_id=tenant_id(),
         agent_id=agent_id,
         session_id=field(body, "session_id", str),
-        query=query or "",
+        query=query,
         inputs=field(body, "inputs", dict),
         files=field(body, "files", list),
         user_id=field(body, "user_id", str, default=""),

@@ -61,7 +61,7 @@ def list_sessions(
 def get_session(tenant_id: str, agent_id: str, session_id: str, with_dsl: bool = False) -> Session:
     get_agent(tenant_id, agent_id)
     fields = (*_SUMMARY_FIELDS, Session.snapshot) if with_dsl else _SUMMARY_FIELDS
-    return turn_service().find_session(tenant_id, agent_id, session_id, None, *fields)
+    return turn_service().find_session(tenant_id, agent_id, session_id, fields=fields)
 
 
 def messages_of(session_ids: list[str]) -> dict[str, list[dict]]:

@@ -17,7 +17,7 @@ from api.errors import ArgumentError, NotFound
 
 TOKEN_KINDS = ("api", "embed")
 _PREFIX = {"api": "ac-", "embed": "acembed-"}
-DEFAULT_TENANT = "default"
+DEFAULT_TENANT = "default"  # the tenant the CLI uses when none is named
 
 
 def hash_token(token: str) -> str:

@@ -296,9 +296,17 @@ class TurnService:
         return session, prologue
 
     def find_session(
-        self, tenant_id: str, agent_id: str, session_id: str, end_user: str | None = None, *fields: Any
+        self,
+        tenant_id: str,
+        agent_id: str,
+        session_id: str,
+        end_user: str | None = None,
+        fields: tuple = (),
     ) -> Session:
-        """The session, if it is this tenant's and this agent's (and this end user's)."""
+        """The session, if it is this tenant's and this agent's (and this end user's).
+
+        ``fields`` limits the columns read (all of them by default).
+        """
         if not isinstance(session_id, str) or not session_id:
             raise ArgumentError(f"'session_id' must be a session id, got {session_id!r}")
         cond = (Session.id == session_id) & (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
