@@ -28,29 +28,51 @@ db = DatabaseProxy()
 _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
 
 
-class _SafeReconnectMixin(ReconnectMixin):
-    """Reconnect after a dropped connection; retry only reads.
+class _SafeReconnectMixin:
+    """Reconnect after a dropped connection; retry the statement only if it is a read.
 
-    peewee's ``ReconnectMixin`` retries every statement outside a transaction. An
+    peewee's ``ReconnectMixin`` retries every statement outside a transaction, but an
     ``UPDATE`` whose connection dropped may already have been applied, so running it
-    again is not safe: for writes we reconnect (so the thread's next statement works)
-    and let the error reach the caller.
+    again is not safe. Here a write's error reaches the caller, and the thread gets a
+    fresh connection for its next statement either way. Inside a transaction nothing
+    is reconnected: the transaction is lost and the caller must know.
     """
 
-    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
-        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-        if verb in _READ_VERBS:
-            return super().execute_sql(sql, params)
-        try:
-            return super(ReconnectMixin, self).execute_sql(sql, params)
-        except (OperationalError, InterfaceError) as exc:
-            if not self.in_transaction() and self._is_reconnect_error(exc) and not self.is_closed():
-                self.close()
-            raise
+    # (error class, fragment of its message): the connection is gone.
+    reconnect_errors = ReconnectMixin.reconnect_errors
 
-    def _is_reconnect_error(self, exc: Exception) -> bool:
+    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
+        try:
+            return super().execute_sql(sql, params)
+        except (OperationalError, InterfaceError) as exc:
+            if self.in_transaction() or not self._connection_lost(exc):
+                raise
+            self._reopen()
+            verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+            if verb not in _READ_VERBS:
+                raise
+            return super().execute_sql(sql, params)
+
+    def begin(self, *args, **kwargs):  # noqa: ANN002, ANN003 - peewee's signature
+        try:
+            return super().begin(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            if not self._connection_lost(exc):
+                raise
+            self._reopen()  # nothing was sent yet: starting again is safe
+            return super().begin(*args, **kwargs)
+
+    def _connection_lost(self, exc: Exception) -> bool:
         text = str(exc).lower()
-        return any(frag in text for frag in self._reconnect_errors.get(type(exc), ()))
+        return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
+
+    def _reopen(self) -> None:
+        # close()/connect() reset the thread's state, including the stack that
+        # connection_context() pops on exit: keep it.
+        ctx = list(self._state.ctx)
+        self.close()
+        self.connect()
+        self._state.ctx = ctx
 
 
 class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
