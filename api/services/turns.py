@@ -242,7 +242,16 @@ class TurnService:
     def __init__(self, config: dict[str, Any]):
         self.lease_ms = int(float(config["LEASE_SECONDS"]) * 1000)
         self.limits = canvas_limits(config)
-        self.services: dict[str, Any] = dict(config.get("SERVICES") or {})
+        # The runtime reads its LLM and Invoke settings from these services when given
+        # (else it reads conf/ itself, once per canvas): hand it the app's, already
+        # layered with the environment and the app's config.
+        settings = config.get("SETTINGS") or {}
+        self.services: dict[str, Any] = {
+            name: settings[section]
+            for name, section in (("llm_settings", "llm"), ("invoke", "invoke"))
+            if isinstance(settings.get(section), dict)
+        }
+        self.services.update(config.get("SERVICES") or {})
         self.keeper = LeaseKeeper(self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
         self._active: set[Turn] = set()
         self._active_lock = threading.Lock()
