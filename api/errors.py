@@ -140,7 +140,10 @@ def _http_reply(exc: HTTPException) -> tuple[dict, int]:
     if status == 404:
         return envelope(DATA_ERROR, "no such route; the API lives under /api/v1 (see README)"), 404
     if status == 405:
-        return envelope(ARGUMENT_ERROR, f"method not allowed here: {exc.description}"), 405
+        allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
+        return envelope(
+            ARGUMENT_ERROR, f"method not allowed on this route; use {allowed or 'another method'}"
+        ), 405
     code = ARGUMENT_ERROR if 400 <= status < 500 else EXCEPTION_ERROR
     return envelope(code, exc.description or exc.name), status
 

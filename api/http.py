@@ -51,9 +51,15 @@ def _json_type(value: Any) -> str:
 
 
 def field(
-    body: dict, name: str, kind: type | tuple[type, ...], *, required: bool = False, default: Any = None
+    body: dict,
+    name: str,
+    kind: type | tuple[type, ...],
+    *,
+    required: bool = False,
+    default: Any = None,
+    max_length: int | None = None,
 ) -> Any:
-    """``body[name]`` checked against ``kind``; ``null`` counts as absent."""
+    """``body[name]`` checked against ``kind`` (and ``max_length`` for text); ``null`` counts as absent."""
     value = body.get(name)
     if value is None:
         if required:
@@ -64,6 +70,8 @@ def field(
     if wrong_bool or not isinstance(value, kinds):
         expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
         raise ArgumentError(f"{name!r} must be {expected}, got {_json_type(value)}")
+    if max_length is not None and isinstance(value, str) and len(value) > max_length:
+        raise ArgumentError(f"{name!r} is {len(value)} characters long; the limit is {max_length}")
     return value
 
 

@@ -64,9 +64,9 @@ def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnReq
         query=query,
         inputs=field(body, "inputs", dict),
         files=field(body, "files", list),
-        user_id=field(body, "user_id", str, default=""),
+        user_id=field(body, "user_id", str, default="", max_length=255),
         invoke_from=invoke_from,
-        session_name=field(body, "name", str, default=""),
+        session_name=field(body, "name", str, default="", max_length=255),
     )
 
 

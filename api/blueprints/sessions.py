@@ -17,8 +17,8 @@ bp.before_request(require_api_token)
 @bp.post("/agents/<agent_id>/sessions")
 def create_session(agent_id: str):
     body = json_body(required=False)
-    name = field(body, "name", str, default="")
-    user_id = field(body, "user_id", str, default="")
+    name = field(body, "name", str, default="", max_length=255)
+    user_id = field(body, "user_id", str, default="", max_length=255)
     row, prologue = turn_service().create_session(tenant_id(), agent_id, name=name, user_id=user_id)
     message = [{"role": "assistant", "content": prologue}] if prologue else []
     return ok(sessions.session_json(row, message))

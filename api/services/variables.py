@@ -82,22 +82,23 @@ def check_value(name: str, type_name: Any, value: Any) -> Any:
     if match:
         item_kind = _kind(match.group(1))
         if not isinstance(value, list):
-            raise ArgumentError(
-                f"variable {name!r} is of type {type_name!r}; got {describe(value)} {_show(value)}"
-            )
+            raise ArgumentError(f"variable {name!r} is of type {type_name!r}; got {_given(value)}")
         if item_kind is not None:
             for i, item in enumerate(value):
                 if not _fits(item_kind, item):
                     raise ArgumentError(
-                        f"variable {name!r} is of type {type_name!r}; item {i} is {describe(item)} {_show(item)}"
+                        f"variable {name!r} is of type {type_name!r}; item {i} is {_given(item)}"
                     )
         return value
     kind = _kind(type_name)
     if kind is not None and not _fits(kind, value):
-        raise ArgumentError(
-            f"variable {name!r} is of type {type_name!r}; got {describe(value)} {_show(value)}"
-        )
+        raise ArgumentError(f"variable {name!r} is of type {type_name!r}; got {_given(value)}")
     return value
+
+
+def _given(value: Any) -> str:
+    """``string "ten"``, ``integer 3``; just ``null`` for null."""
+    return "null" if value is None else f"{describe(value)} {_show(value)}"
 
 
 def _show(value: Any) -> str:

@@ -99,6 +99,10 @@ def test_session_routes_refuse_bad_input(api: Api):
     agent_id = api.create_agent(echo_dsl())
     resp = api.post(f"/agents/{agent_id}/sessions", json={"name": 5})
     assert resp.status_code == 400 and "'name'" in resp.json["message"]
+    resp = api.post(f"/agents/{agent_id}/sessions", json={"user_id": "u" * 256})
+    assert resp.status_code == 400 and "'user_id'" in resp.json["message"] and "255" in resp.json["message"]
+    resp = api.put(f"/agents/{agent_id}/sessions", json={})
+    assert resp.status_code == 405 and "DELETE" in resp.json["message"]
     resp = api.post(f"/agents/{agent_id}/sessions", data="{", content_type="application/json")
     assert resp.status_code == 400 and "JSON" in resp.json["message"]
     resp = api.post("/agents/nope/sessions", json={})
