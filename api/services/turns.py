@@ -227,7 +227,6 @@ class _Claim:
     version: int
     round: int
     prior_status: str
-    prior_pending: str | None
     usage_before: dict
 
 
@@ -335,7 +334,6 @@ class TurnService:
             Busy: another turn holds the session.
             agent.errors.InputError / UsageError: the inputs do not fit the pending form.
         """
-        created = False
         if req.session_id is None:
             row, _ = self.create_session(
                 req.tenant_id,
@@ -344,10 +342,17 @@ class TurnService:
                 req.user_id or (req.end_user or ""),
                 req.invoke_from,
             )
-            session_id, created = row.id, True
-        else:
-            session_id = req.session_id
-        row = self.find_session(req.tenant_id, req.agent_id, session_id, req.end_user)
+            try:
+                return self._start(req, row, created=True)
+            except BaseException:
+                # A turn refused before it ran leaves nothing behind, not even its new session.
+                _delete_session(row.id)
+                raise
+        row = self.find_session(req.tenant_id, req.agent_id, req.session_id, req.end_user)
+        return self._start(req, row, created=False)
+
+    def _start(self, req: TurnRequest, row: Session, created: bool) -> Turn:
+        session_id = row.id
         if _lease_live(row):
             raise _busy(session_id)
         canvas = Canvas(row.snapshot, limits=self.limits, services={**self.services, **(req.services or {})})
@@ -415,7 +420,6 @@ class TurnService:
             version=row.version,
             round=row.round,
             prior_status="paused" if row.pending_form else "idle",
-            prior_pending=row.pending_form,
             usage_before=dict(usage),
         )
 
@@ -602,6 +606,12 @@ class TurnService:
             .execute()
         )
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
+
+
+def _delete_session(session_id: str) -> None:
+    with write_transaction():
+        MessageLog.delete().where(MessageLog.session_id == session_id).execute()
+        Session.delete().where(Session.id == session_id).execute()
 
 
 class LeaseLost(Exception):

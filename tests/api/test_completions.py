@@ -209,3 +209,18 @@ def test_completion_bad_input(api: Api):
 
     session = api.session(agent_id, session_id)
     assert session["round"] == 0 and session["version"] == 1 and session["status"] == "idle"
+
+
+def test_refused_first_turn_leaves_no_session(api: Api):
+    dsl = echo_dsl("age {begin@age}")
+    dsl["components"]["begin"]["obj"]["params"].update(
+        mode="task", inputs={"age": {"name": "Age", "type": "integer", "optional": False}}
+    )
+    agent_id = api.create_agent(dsl)
+    resp = api.ask(agent_id, None, inputs={"age": "old"})
+    assert resp.status_code == 400 and set(resp.json["data"]["errors"]) == {"age"}
+    assert api.get(f"/agents/{agent_id}/sessions").json["data"] == []
+
+    resp = api.ask(agent_id, None, inputs={"age": "41"})
+    assert resp.json["data"]["data"]["content"] == "age 41"
+    assert len(api.get(f"/agents/{agent_id}/sessions").json["data"]) == 1
