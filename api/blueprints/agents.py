@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, current_app, request
+from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.config import canvas_limits
@@ -14,7 +15,7 @@ bp.before_request(require_api_token)
 
 
 @bp.post("/agents")
-def create_agent():
+def create_agent() -> ResponseReturnValue:
     body = json_body()
     if body.get("dsl") is None:
         field(body, "dsl", dict, required=True)
@@ -29,7 +30,7 @@ def create_agent():
 
 
 @bp.get("/agents")
-def list_agents():
+def list_agents() -> ResponseReturnValue:
     page, page_size = page_args()
     orderby, desc = order_args(agents.ORDER_FIELDS, "update_time")
     rows, total = agents.list_agents(
@@ -40,27 +41,27 @@ def list_agents():
 
 
 @bp.get("/agents/<agent_id>")
-def get_agent(agent_id: str):
+def get_agent(agent_id: str) -> ResponseReturnValue:
     return ok(agents.agent_json(agents.get_agent(tenant_id(), agent_id)))
 
 
 @bp.put("/agents/<agent_id>")
-def update_agent(agent_id: str):
+def update_agent(agent_id: str) -> ResponseReturnValue:
     agent = agents.update_agent(tenant_id(), agent_id, json_body(), canvas_limits(current_app.config))
     return ok(agents.agent_json(agent))
 
 
 @bp.delete("/agents/<agent_id>")
-def delete_agent(agent_id: str):
+def delete_agent(agent_id: str) -> ResponseReturnValue:
     agents.delete_agent(tenant_id(), agent_id)
     return ok(True)
 
 
 @bp.get("/agents/<agent_id>/versions")
-def list_versions(agent_id: str):
+def list_versions(agent_id: str) -> ResponseReturnValue:
     return ok([agents.version_json(v) for v in agents.list_versions(tenant_id(), agent_id)])
 
 
 @bp.get("/agents/<agent_id>/versions/<version_id>")
-def get_version(agent_id: str, version_id: str):
+def get_version(agent_id: str, version_id: str) -> ResponseReturnValue:
     return ok(agents.version_json(agents.get_version(tenant_id(), agent_id, version_id), with_dsl=True))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, current_app, jsonify
+from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.errors import ArgumentError, envelope, turn_failure_status
@@ -70,7 +71,7 @@ def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnReq
     )
 
 
-def _complete(agent_id: str, body: dict):
+def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
     req = turn_request(agent_id, body)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
@@ -79,12 +80,12 @@ def _complete(agent_id: str, body: dict):
 
 
 @bp.post("/agents/<agent_id>/completions")
-def agent_completions(agent_id: str):
+def agent_completions(agent_id: str) -> ResponseReturnValue:
     return _complete(agent_id, json_body())
 
 
 @bp.post("/agents/chat/completions")
-def chat_completions():
+def chat_completions() -> ResponseReturnValue:
     body = json_body()
     agent_id = field(body, "agent_id", str, required=True)
     if flag(body.get("openai-compatible"), "openai-compatible"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, request
+from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.errors import ArgumentError, NotFound
@@ -15,7 +16,7 @@ bp.before_request(require_api_token)
 
 
 @bp.post("/agents/<agent_id>/sessions")
-def create_session(agent_id: str):
+def create_session(agent_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
     name = field(body, "name", str, default="", max_length=255)
     user_id = field(body, "user_id", str, default="", max_length=255)
@@ -25,7 +26,7 @@ def create_session(agent_id: str):
 
 
 @bp.get("/agents/<agent_id>/sessions")
-def list_sessions(agent_id: str):
+def list_sessions(agent_id: str) -> ResponseReturnValue:
     page, page_size = page_args()
     orderby, desc = order_args(sessions.ORDER_FIELDS, "update_time")
     with_dsl = arg_flag("dsl", False)
@@ -45,14 +46,14 @@ def list_sessions(agent_id: str):
 
 
 @bp.get("/agents/<agent_id>/sessions/<session_id>")
-def get_session(agent_id: str, session_id: str):
+def get_session(agent_id: str, session_id: str) -> ResponseReturnValue:
     with_dsl = arg_flag("dsl", False)
     row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl)
     return ok(sessions.session_json(row, sessions.messages_of([row.id])[row.id], with_dsl))
 
 
 @bp.delete("/agents/<agent_id>/sessions")
-def delete_sessions(agent_id: str):
+def delete_sessions(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     deleted, errors = sessions.delete_sessions(tenant_id(), agent_id, body.get("ids"))
     if errors and not deleted:
@@ -66,13 +67,13 @@ def delete_sessions(agent_id: str):
 
 
 @bp.get("/agents/<agent_id>/sessions/<session_id>/variables")
-def list_variables(agent_id: str, session_id: str):
+def list_variables(agent_id: str, session_id: str) -> ResponseReturnValue:
     row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl=True)
     return ok(variables.list_variables(row.snapshot))
 
 
 @bp.put("/agents/<agent_id>/sessions/<session_id>/variables/<name>")
-def put_variable(agent_id: str, session_id: str, name: str):
+def put_variable(agent_id: str, session_id: str, name: str) -> ResponseReturnValue:
     body = json_body()
     if "value" not in body:
         raise ArgumentError("the body needs 'value': {\"value\": <new value>}")

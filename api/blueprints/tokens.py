@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint
+from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.http import field, json_body, ok, tenant_id
@@ -13,12 +14,12 @@ bp.before_request(require_api_token)
 
 
 @bp.get("/system/tokens")
-def list_tokens():
+def list_tokens() -> ResponseReturnValue:
     return ok([tokens.token_json(t) for t in tokens.list_tokens(tenant_id())])
 
 
 @bp.post("/system/tokens")
-def create_token():
+def create_token() -> ResponseReturnValue:
     body = json_body(required=False)
     kind = field(body, "kind", str, default="api")
     plain, row = tokens.create_token(tenant_id(), kind)
@@ -26,6 +27,6 @@ def create_token():
 
 
 @bp.delete("/system/tokens/<token>")
-def revoke_token(token: str):
+def revoke_token(token: str) -> ResponseReturnValue:
     tokens.revoke_token(token, tenant_id())
     return ok(True)
