@@ -1,0 +1,31 @@
+"""create_app's layering: defaults, then conf/ and AGENTCANVAS_* variables, then the dict."""
+
+from __future__ import annotations
+
+import pytest
+
+from api import create_app
+from tests.api.conftest import Api, make_token
+
+
+def test_environment_overrides_conf_and_the_dict_overrides_both(monkeypatch, database_url):
+    monkeypatch.setenv("AGENTCANVAS_LIMITS_PAGE_SIZE", "5")
+    from_env = create_app({"DATABASE_URL": database_url})
+    api = Api(from_env, make_token(from_env))
+    resp = api.get("/agents", query_string={"page_size": 6})
+    assert resp.status_code == 400 and "between 1 and 5" in resp.json["message"]
+
+    from_dict = create_app({"DATABASE_URL": database_url, "PAGE_SIZE": 50})
+    assert Api(from_dict, api.token).get("/agents", query_string={"page_size": 6}).status_code == 200
+
+
+def test_database_url_from_the_environment(monkeypatch, database_url):
+    monkeypatch.setenv("AGENTCANVAS_DATABASE_URL", database_url)
+    app = create_app()
+    assert app.config["DATABASE_URL"] == database_url
+
+
+@pytest.mark.parametrize(("key", "value"), [("LEASE_SECONDS", 0), ("PAGE_SIZE", "many"), ("LIMITS", [1])])
+def test_unusable_settings_are_named(database_url, key, value):
+    with pytest.raises(ValueError, match=key):
+        create_app({"DATABASE_URL": database_url, key: value})
