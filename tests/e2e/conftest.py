@@ -1,0 +1,374 @@
+"""End-to-end set-up: real ``agentcanvas serve`` processes talking HTTP to real clients.
+
+Fixtures:
+
+* ``database_url`` — a new SQLite file, or a throwaway MariaDB database
+  ``agentcanvas_e2e_<random>`` dropped at the end. Tests run on both unless they pick
+  one with ``@pytest.mark.parametrize("database_url", ["mysql"], indirect=True)``.
+* ``deployment`` — a :class:`Deployment` on that database: runs the ``agentcanvas``
+  CLI (tokens, agent import) and starts server processes on free ports; every process
+  it started is stopped at the end, even when the test fails.
+* ``slow_http`` — a :class:`SlowHTTPServer` on 127.0.0.1 for Invoke components whose
+  turns must stay running until the test lets them go.
+
+Servers get ``AGENTCANVAS_INVOKE_ALLOW_HOSTS='["127.0.0.1"]'`` (so Invoke may call
+``slow_http``) and poll cancel flags every 50 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from peewee import OperationalError
+
+from tests.api.conftest import ROOT, _admin, parse_sse
+
+AGENTCANVAS = Path(sys.executable).parent / "agentcanvas"
+SAMPLES = ROOT / "samples"
+#: How long a server may take to answer after it was started.
+START_SECONDS = 60
+#: The longest any single HTTP call of a test may take (a safety net against hangs).
+HTTP_TIMEOUT = 60
+
+
+def until(condition: Callable[[], Any], what: str, seconds: float = 30, step: float = 0.02) -> Any:
+    """Poll ``condition()`` until it returns something true, and return that.
+
+    A safety net, not a timing assertion: a broken server fails the test after
+    ``seconds`` instead of hanging it.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(step)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------- databases
+@pytest.fixture(params=["sqlite", "mysql"])
+def database_url(request, tmp_path) -> Iterator[str]:
+    """This test's empty database (SQLite file or throwaway MariaDB database)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'agentcanvas.db'}"
+        return
+    admin = _admin()
+    try:
+        admin.connect()
+    except OperationalError as exc:
+        pytest.fail(
+            f"MariaDB is not reachable at 127.0.0.1:3306 as root ({exc}); the end-to-end tests "
+            f"need it: start it with `make services`"
+        )
+    admin.close()
+    name = f"agentcanvas_e2e_{uuid.uuid4().hex[:12]}"
+    # The servers and the CLI make the database themselves (CREATE DATABASE IF NOT EXISTS).
+    yield f"mysql://root@127.0.0.1:3306/{name}"
+    with admin.connection_context():
+        admin.execute_sql(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+# ---------------------------------------------------------------------- servers
+class ServerProcess:
+    """One ``agentcanvas serve`` process (gunicorn master and its workers, one process group)."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, log_path: Path, workers: int, threads: int):
+        self.env = env
+        self.cwd = cwd
+        self.log_path = log_path
+        self.workers = workers
+        self.threads = threads
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def start(self) -> ServerProcess:
+        """Start on a free port and wait until this very process answers.
+
+        Another test's server may grab the port between our probe and gunicorn's bind;
+        gunicorn then says "Connection in use" and we try another port. Readiness needs
+        gunicorn's own "Listening at" line for our port, so an answer from someone
+        else's server on that port never counts.
+        """
+        for _ in range(5):
+            self.port = free_port()
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                self.proc = subprocess.Popen(
+                    [str(AGENTCANVAS), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+                    + ["--workers", str(self.workers), "--threads", str(self.threads)],
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    # Its own process group, so that stop() and kill() reach the workers too.
+                    start_new_session=True,
+                )
+            if self._wait_ready():
+                return self
+            self.stop()
+        pytest.fail(f"the server did not start; its log:\n{self.log()[-4000:]}")
+
+    def _wait_ready(self) -> bool:
+        listening = f"Listening at: {self.url}"
+        in_use = f"Connection in use: ('127.0.0.1', {self.port})"
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            log = self.log()
+            if in_use in log and listening not in log:
+                return False
+            if self.proc.poll() is not None:
+                pytest.fail(f"the server exited with status {self.proc.returncode}; its log:\n{log[-4000:]}")
+            if listening in log:
+                try:
+                    requests.get(f"{self.url}/api/v1/agents", timeout=5)
+                    return True
+                except requests.ConnectionError:
+                    pass
+            time.sleep(0.05)
+        pytest.fail(f"the server did not answer within {START_SECONDS} s; its log:\n{self.log()[-4000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole server (master and workers) at once, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        """Stop gracefully (SIGTERM), or SIGKILL what is still there after a while."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            # Workers that outlive their master (or a master stuck in shutdown).
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+
+
+class Deployment:
+    """Server processes and CLI calls sharing one database.
+
+    Args:
+        database_url: the ``AGENTCANVAS_DATABASE_URL`` of every process.
+        workdir: their working directory (and where the server logs go).
+    """
+
+    def __init__(self, database_url: str, workdir: Path):
+        if not AGENTCANVAS.exists():
+            pytest.fail(
+                f"{AGENTCANVAS} is missing: install the project with `make install` (pip install -e .)"
+            )
+        self.database_url = database_url
+        self.workdir = workdir
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCANVAS_")}
+        env.update(
+            {
+                "AGENTCANVAS_DATABASE_URL": database_url,
+                "AGENTCANVAS_INVOKE_ALLOW_HOSTS": '["127.0.0.1"]',
+                "AGENTCANVAS_SERVER_CANCEL_POLL_SECONDS": "0.05",
+            }
+        )
+        self.env = env
+        self.servers: list[ServerProcess] = []
+
+    def cli(self, *args: str) -> str:
+        """Run ``agentcanvas ARGS``; its standard output (the command must succeed)."""
+        done = subprocess.run(
+            [str(AGENTCANVAS), *args],
+            cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"agentcanvas {' '.join(args)} failed:\n{done.stderr}"
+        return done.stdout
+
+    def token(self, tenant: str = "e2e") -> str:
+        """A new API token (``agentcanvas token create``: the last word of the last line)."""
+        return self.cli("token", "create", "--tenant", tenant).strip().splitlines()[-1].split()[-1]
+
+    def import_agent(self, path: Path, tenant: str = "e2e", title: str | None = None) -> str:
+        """``agentcanvas agent import``; returns the new agent's id (the last word printed)."""
+        args = ["agent", "import", str(path), "--tenant", tenant]
+        if title:
+            args += ["--title", title]
+        return self.cli(*args).strip().split()[-1]
+
+    def server(self, workers: int = 1, threads: int = 8, **env: str) -> ServerProcess:
+        """Start one more server on this database; ``env`` adds ``AGENTCANVAS_*`` variables."""
+        index = len(self.servers)
+        server = ServerProcess(
+            {**self.env, **env}, self.workdir, self.workdir / f"server-{index}.log", workers, threads
+        )
+        self.servers.append(server)
+        return server.start()
+
+    def close(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+def deployment(database_url, tmp_path) -> Iterator[Deployment]:
+    dep = Deployment(database_url, tmp_path)
+    try:
+        yield dep
+    finally:
+        dep.close()
+
+
+# ---------------------------------------------------------------------- HTTP clients
+class Client:
+    """Plain HTTP against one server, as one tenant (a token)."""
+
+    def __init__(self, base_url: str, token: str):
+        self.base_url = base_url
+        self.token = token
+
+    def call(self, method: str, path: str, **kw: Any) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        return requests.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kw)
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return self.call("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> requests.Response:
+        return self.call("POST", path, **kw)
+
+    def create_session(self, agent_id: str) -> str:
+        resp = self.post(f"/agents/{agent_id}/sessions", json={})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["data"]["id"]
+
+    def session(self, agent_id: str, session_id: str, dsl: bool = False) -> dict:
+        """The session as GET returns it (with its message log; with its snapshot if ``dsl``)."""
+        resp = self.get(f"/agents/{agent_id}/sessions/{session_id}", params={"dsl": str(dsl).lower()})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["data"]
+
+    def ask(
+        self, agent_id: str, session_id: str | None, question: str = "", **body: Any
+    ) -> requests.Response:
+        """A blocking completion."""
+        payload = {"question": question, "stream": False, **body}
+        if session_id is not None:
+            payload["session_id"] = session_id
+        return self.post(f"/agents/{agent_id}/completions", json=payload)
+
+    def ask_stream(
+        self, agent_id: str, session_id: str, question: str = "", **body: Any
+    ) -> requests.Response:
+        """A streamed completion, not yet read (``stream=True``): read it, or close it early."""
+        payload = {"question": question, "stream": True, "session_id": session_id, **body}
+        return self.post(f"/agents/{agent_id}/completions", json=payload, stream=True)
+
+
+def read_sse(resp: requests.Response) -> list:
+    """All frames of a streamed reply: events, then ``"[DONE]"``."""
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    return parse_sse(resp.content.decode("utf-8"))
+
+
+def streamed_answer(frames: list) -> str:
+    return "".join(f["data"]["content"] for f in frames if isinstance(f, dict) and f["event"] == "message")
+
+
+# ---------------------------------------------------------------------- a slow endpoint
+class SlowHTTPServer:
+    """An HTTP endpoint on 127.0.0.1 that holds its answers, for Invoke components.
+
+    Every request waits ``delay`` seconds, then until ``gate`` is open (at most
+    ``max_hold`` seconds, so nothing hangs), and answers ``{"n": <request number>}``.
+    ``hits`` counts the requests that arrived; :meth:`wait_hits` waits for them.
+    """
+
+    def __init__(self, delay: float = 0.0, max_hold: float = 60.0):
+        self.delay = delay
+        self.max_hold = max_hold
+        self.gate = threading.Event()
+        self.gate.set()
+        self.hits = 0
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with outer._lock:
+                    outer.hits += 1
+                    n = outer.hits
+                time.sleep(outer.delay)
+                outer.gate.wait(outer.max_hold)
+                body = json.dumps({"n": n}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass  # the caller was killed meanwhile
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/slow"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def wait_hits(self, count: int, what: str = "the Invoke request") -> None:
+        until(lambda: self.hits >= count, what)
+
+    def close(self) -> None:
+        self.gate.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def slow_http(deployment) -> Iterator[SlowHTTPServer]:
+    """Depends on ``deployment`` so that it opens its gate before the servers are stopped."""
+    server = SlowHTTPServer()
+    try:
+        yield server
+    finally:
+        server.close()
