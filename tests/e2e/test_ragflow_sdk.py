@@ -1,0 +1,85 @@
+"""The ``ragflow-sdk`` client from PyPI, used as its users use it, against a real server."""
+
+from __future__ import annotations
+
+import pytest
+from ragflow_sdk import RAGFlow
+
+from tests.api.conftest import dsl_of, sample
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+@pytest.fixture
+def rag(deployment) -> RAGFlow:
+    return RAGFlow(api_key=deployment.token(), base_url=deployment.server().url)
+
+
+def _agent(rag: RAGFlow, title: str, dsl: dict):
+    assert rag.create_agent(title, dsl) is None  # the SDK returns nothing: users look it up
+    found = rag.list_agents(title=title)
+    assert [a.title for a in found] == [title]
+    return found[0]
+
+
+def test_agent_sessions_and_answers_streamed_and_blocking(rag):
+    agent = _agent(rag, "Counter via SDK", sample("counter"))
+    assert agent.dsl.components.begin.obj.component_name == "Begin"
+
+    session = agent.create_session()
+    assert session.agent_id == agent.id
+    assert [m["content"] for m in session.message] == ["I count your messages in this session."]
+
+    streamed = list(session.ask("hello", stream=True))
+    assert len(streamed) > 1  # chunks, as they came
+    assert "".join(m.content for m in streamed) == "This is message number 1 in this session. You said: hello"
+
+    blocking = list(session.ask("and again", stream=False))
+    assert [m.content for m in blocking] == ["This is message number 2 in this session. You said: and again"]
+    assert blocking[0].role == "assistant"
+
+    other = agent.create_session()
+    assert [m.content for m in other.ask("fresh", stream=False)] == [
+        "This is message number 1 in this session. You said: fresh"
+    ]
+
+    listed = agent.list_sessions()
+    assert {s.id for s in listed} == {session.id, other.id}
+    assert all(s.agent_id == agent.id for s in listed)
+    assert [s.id for s in agent.list_sessions(id=other.id)] == [other.id]
+
+    agent.delete_sessions(ids=[session.id])
+    assert [s.id for s in agent.list_sessions()] == [other.id]
+    with pytest.raises(Exception, match=session.id):
+        agent.delete_sessions(ids=[session.id])
+    # What is left still works.
+    assert [m.content for m in other.ask("still here", stream=False)] == [
+        "This is message number 2 in this session. You said: still here"
+    ]
+
+
+def test_form_asked_and_answered_through_the_sdk(rag):
+    agent = _agent(rag, "Intake via SDK", sample("intake_form"))
+    session = agent.create_session()
+
+    # A paused form reaches the user as its tips, in a stream and in a blocking reply.
+    asked = [m.content for m in session.ask("sign me up", stream=True)]
+    assert asked == ["Please tell us about yourself to sign up."]
+    answers = {"name": "Bo", "age": "16", "plan": "basic"}
+    done = list(session.ask("", stream=False, inputs=answers))
+    assert [m.content for m in done] == ["Sorry Bo, you must be 18 or older to sign up (you said 16)."]
+
+
+def test_a_failed_turn_shows_its_error_to_the_sdk_user(rag):
+    # 192.168.0.1 is private and not allow-listed: the Invoke fails before connecting.
+    dsl = dsl_of(
+        {
+            "Invoke:Call": ("Invoke", {"url": "http://192.168.0.1/x", "method": "get"}, ["Message:Show"]),
+            "Message:Show": ("Message", {"content": ["{Invoke:Call@result}"]}, []),
+        }
+    )
+    session = _agent(rag, "Failing via SDK", dsl).create_session()
+    streamed = [m.content for m in session.ask("go", stream=True)]
+    assert len(streamed) == 1 and "192.168.0.1" in streamed[0] and "allow_hosts" in streamed[0]
+    blocking = [m.content for m in session.ask("go", stream=False)]
+    assert len(blocking) == 1 and "192.168.0.1" in blocking[0] and "allow_hosts" in blocking[0]
