@@ -15,7 +15,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from peewee import Database, IntegrityError, OperationalError
+from peewee import Database, IntegrityError, OperationalError, TextField
+from playhouse.migrate import SchemaMigrator
+from playhouse.migrate import migrate as run_schema_changes
 
 from api.db.database import db
 from api.db.models import (
@@ -39,9 +41,18 @@ def _create_tables(database: Database) -> None:
         model.create_table(safe=True)
 
 
+def _add_agent_embed_origins(database: Database) -> None:
+    # A database made by migration 1 from today's models has the column already.
+    if "embed_origins" in {c.name for c in database.get_columns(Agent._meta.table_name)}:
+        return
+    migrator = SchemaMigrator.from_database(database)
+    run_schema_changes(migrator.add_column(Agent._meta.table_name, "embed_origins", TextField(null=True)))
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
+    (2, "agent.embed_origins: parent origins allowed to frame the embed page", _add_agent_embed_origins),
 ]
 
 

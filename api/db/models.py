@@ -83,6 +83,9 @@ class Agent(BaseModel):
     description = TextField(default="")
     dsl = LongTextField()
     version_id = CharField(max_length=32)
+    # The parent origins allowed to frame the agent's embed page, as a JSON list
+    # (None: only this server itself); see api.services.embed. Not versioned with the DSL.
+    embed_origins = TextField(null=True)
     create_time = BigIntegerField(default=now_ms)
     update_time = BigIntegerField(default=now_ms)
 
