@@ -45,6 +45,7 @@ from agent.canvas import Canvas
 from agent.errors import SnapshotTooLarge
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
+from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound
 from api.services import variables as variables_service
 from api.services.agents import get_agent
@@ -151,9 +152,11 @@ class Turn:
 class LeaseKeeper:
     """Renews the leases of this process's running turns and polls their cancel flags.
 
-    One thread per process, alive only while turns run. Each tick (``poll_seconds``)
-    reads the cancel flags of the running turns in one query and, every third of the
-    lease, pushes their expiry forward in one ``UPDATE``. A turn whose lease is gone
+    One daemon thread per process, started with the first turn and asleep while no
+    turn runs. A turn is first looked at one ``poll_seconds`` after it starts, so a
+    short turn costs the database nothing here. Each tick reads the cancel flags of
+    the running turns in one query and pushes forward, in one ``UPDATE``, the expiry
+    of leases renewed more than a third of a lease ago. A turn whose lease is gone
     (taken over after an expiry, or the session deleted) is told to stop as well:
     its commit could not succeed anyway.
     """
@@ -161,61 +164,68 @@ class LeaseKeeper:
     def __init__(self, lease_ms: int, poll_seconds: float):
         self.lease_ms = lease_ms
         self.poll_seconds = poll_seconds
-        self._lock = threading.Lock()
-        self._turns: dict[str, threading.Event] = {}
+        self._cond = threading.Condition()
+        # owner -> (stop event, when its lease was last set, ms)
+        self._turns: dict[str, tuple[threading.Event, int]] = {}
         self._thread: threading.Thread | None = None
 
     def track(self, owner: str) -> threading.Event:
         """Start watching the turn holding lease ``owner``; the event is set to cancel it."""
         stop = threading.Event()
-        with self._lock:
-            self._turns[owner] = stop
+        with self._cond:
+            self._turns[owner] = (stop, now_ms())
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="agentcanvas-lease-keeper", daemon=True
                 )
                 self._thread.start()
+            self._cond.notify()
         return stop
 
     def untrack(self, owner: str) -> None:
-        with self._lock:
+        with self._cond:
             self._turns.pop(owner, None)
 
     def _loop(self) -> None:
-        renewed = now_ms()
         while True:
-            with self._lock:
-                owners = list(self._turns)
-                if not owners:
-                    self._thread = None
-                    return
+            with self._cond:
+                while not self._turns:
+                    self._cond.wait()
+            time.sleep(self.poll_seconds)
+            with self._cond:
+                turns = dict(self._turns)
+            if not turns:
+                continue
             try:
-                renewed = self._tick(owners, renewed)
+                self._tick(turns)
             except PeeweeException as exc:
                 # The database is unreachable for now; the lease has slack (a third
                 # of it is renewed at a time), so try again next tick.
                 log.warning("lease keeper could not reach the database: %s", exc)
-            time.sleep(self.poll_seconds)
 
-    def _tick(self, owners: list[str], renewed: int) -> int:
+    def _tick(self, turns: dict[str, tuple[threading.Event, int]]) -> None:
+        owners = list(turns)
         with db.connection_context():
             now = now_ms()
-            if now - renewed >= self.lease_ms // 3:
+            due = [o for o, (_, renewed) in turns.items() if now - renewed >= self.lease_ms // 3]
+            if due:
                 Session.update(lease_expires=now + self.lease_ms).where(
-                    Session.lease_owner.in_(owners)
+                    Session.lease_owner.in_(due)
                 ).execute()
-                renewed = now
             rows = Session.select(Session.lease_owner, Session.cancel_requested).where(
                 Session.lease_owner.in_(owners)
             )
             flagged = {r.lease_owner for r in rows if r.cancel_requested}
             present = {r.lease_owner for r in rows}
-        with self._lock:
+        with self._cond:
             for owner in owners:
-                stop = self._turns.get(owner)
-                if stop is not None and (owner in flagged or owner not in present):
-                    stop.set()
-        return renewed
+                entry = self._turns.get(owner)
+                if entry is None:
+                    continue
+                if owner in due:
+                    self._turns[owner] = (entry[0], now)
+                if owner in flagged or owner not in present:
+                    entry[0].set()
 
 
 @dataclass
@@ -317,10 +327,16 @@ class TurnService:
         """
         if not isinstance(session_id, str) or not session_id:
             raise ArgumentError(f"'session_id' must be a session id, got {session_id!r}")
-        cond = (Session.id == session_id) & (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
-        if end_user is not None:
-            cond &= (Session.user_id == end_user) & (Session.source == "embed")
-        row = Session.select(*fields).where(cond).first()
+        if not fields:
+            prepared = _FIND_EMBED_SESSION if end_user is not None else _FIND_SESSION
+            row = prepared.first(Session, id=session_id, agent=agent_id, tenant=tenant_id, user=end_user)
+        else:
+            cond = (
+                (Session.id == session_id) & (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
+            )
+            if end_user is not None:
+                cond &= (Session.user_id == end_user) & (Session.source == "embed")
+            row = Session.select(*fields).where(cond).first()
         if row is None:
             raise NotFound(f"session {session_id!r} of agent {agent_id!r} not found")
         return row
@@ -393,20 +409,8 @@ class TurnService:
     def _claim(self, row: Session, task_id: str, canvas: Canvas) -> _Claim:
         owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
         now = now_ms()
-        claimed = (
-            Session.update(
-                lease_owner=owner,
-                lease_expires=now + self.lease_ms,
-                cancel_requested=False,
-                task_id=task_id,
-                status="running",
-            )
-            .where(
-                (Session.id == row.id)
-                & (Session.version == row.version)
-                & (Session.lease_owner.is_null() | (Session.lease_expires < now))
-            )
-            .execute()
+        claimed = _CLAIM.execute(
+            owner=owner, expires=now + self.lease_ms, task_id=task_id, id=row.id, version=row.version, now=now
         )
         if claimed != 1:
             raise _busy(row.id)
@@ -494,52 +498,40 @@ class TurnService:
                     error_type=type(exc).__name__,
                 )
         now = now_ms()
-        changes: dict[Any, Any] = {
-            Session.version: Session.version + 1,
-            Session.lease_owner: None,
-            Session.lease_expires: 0,
-            Session.update_time: now,
-        }
         usage = _usage_delta(canvas, result, claim.usage_before)
-        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-            if usage.get(key):
-                column = getattr(Session, key)
-                changes[column] = column + int(usage[key])
+        values: dict[str, Any] = {
+            "now": now,
+            "id": claim.session_id,
+            "version": claim.version,
+            "owner": claim.owner,
+            **{key: int(usage.get(key) or 0) for key in _USAGE_KEYS},
+        }
         rows: list[dict] = []
         if snapshot is not None:
             pending = canvas.pending_form()
-            changes.update(
-                {
-                    Session.snapshot: snapshot,
-                    Session.status: "paused" if pending is not None else "idle",
-                    Session.pending_form: pending.id if pending is not None else None,
-                    Session.round: Session.round + 1,
-                    Session.last_error: None,
-                }
+            values.update(
+                snapshot=snapshot,
+                status="paused" if pending is not None else "idle",
+                pending_form=pending.id if pending is not None else None,
             )
             rows = _log_rows(claim, req, result, now)
+            save = _SAVE_TURN
         else:
             error = result.error or ""
             if len(error) > MAX_ERROR_CHARS:
                 error = error[: MAX_ERROR_CHARS - 1] + "…"
-            changes.update({Session.status: claim.prior_status, Session.last_error: error})
+            values.update(status=claim.prior_status, error=error)
+            save = _SAVE_FAILED_TURN
         with write_transaction():
-            saved = (
-                Session.update(changes)
-                .where(
-                    (Session.id == claim.session_id)
-                    & (Session.version == claim.version)
-                    & (Session.lease_owner == claim.owner)
-                )
-                .execute()
-            )
-            if saved != 1:
+            if save.execute(**values) != 1:
                 raise LeaseLost(
                     f"session {claim.session_id!r} was taken over or deleted while the turn ran "
                     f"(its lease of {self.lease_ms // 1000} s expired?)"
                 )
             if rows:
-                MessageLog.insert_many(rows).execute()
+                _APPEND_EXCHANGE.execute(
+                    **{f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
+                )
         return result
 
     # ------------------------------------------------------------------ other writes
@@ -616,6 +608,77 @@ def _delete_session(session_id: str) -> None:
 
 class LeaseLost(Exception):
     """The commit found the session no longer held by this turn."""
+
+
+# The statements every turn runs, compiled once per database (api.db.prepared).
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+def _find(embed: bool) -> Prepared:
+    def build(m):
+        cond = (Session.id == m("id")) & (Session.agent_id == m("agent")) & (Session.tenant_id == m("tenant"))
+        if embed:
+            cond &= (Session.user_id == m("user")) & (Session.source == "embed")
+        return Session.select().where(cond)
+
+    return Prepared(build)
+
+
+_FIND_SESSION = _find(embed=False)
+_FIND_EMBED_SESSION = _find(embed=True)
+_CLAIM = Prepared(
+    lambda m: Session.update(
+        {
+            Session.lease_owner: m("owner"),
+            Session.lease_expires: m("expires"),
+            Session.cancel_requested: False,
+            Session.task_id: m("task_id"),
+            Session.status: "running",
+        }
+    ).where(
+        (Session.id == m("id"))
+        & (Session.version == m("version"))
+        & (Session.lease_owner.is_null() | (Session.lease_expires < m("now")))
+    )
+)
+
+
+def _save(succeeded: bool) -> Prepared:
+    """The end-of-turn UPDATE: only where the version and the lease still match."""
+
+    def build(m):
+        changes = {
+            Session.version: Session.version + 1,
+            Session.lease_owner: None,
+            Session.lease_expires: 0,
+            Session.update_time: m("now"),
+            Session.status: m("status"),
+            **{getattr(Session, k): getattr(Session, k) + m(k) for k in _USAGE_KEYS},
+        }
+        if succeeded:
+            changes.update(
+                {
+                    Session.snapshot: m("snapshot"),
+                    Session.pending_form: m("pending_form"),
+                    Session.round: Session.round + 1,
+                    Session.last_error: None,
+                }
+            )
+        else:
+            changes[Session.last_error] = m("error")
+        return Session.update(changes).where(
+            (Session.id == m("id")) & (Session.version == m("version")) & (Session.lease_owner == m("owner"))
+        )
+
+    return Prepared(build)
+
+
+_SAVE_TURN = _save(succeeded=True)
+_SAVE_FAILED_TURN = _save(succeeded=False)
+_LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
+_APPEND_EXCHANGE = Prepared(
+    lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])
+)
 
 
 def _lease_live(row: Session) -> bool:
