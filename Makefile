@@ -35,6 +35,7 @@ test: install browser services lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 
 bench: install services
+	$(BIN)/pip install -q -e '.[test,bench]'
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
