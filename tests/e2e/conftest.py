@@ -35,7 +35,7 @@ import pytest
 import requests
 from peewee import OperationalError
 
-from tests.api.conftest import ROOT, _admin, parse_sse
+from tests.api.conftest import ROOT, _admin, dsl_of, parse_sse
 
 AGENTCANVAS = Path(sys.executable).parent / "agentcanvas"
 SAMPLES = ROOT / "samples"
@@ -101,6 +101,7 @@ class ServerProcess:
         self.threads = threads
         self.port = 0
         self.proc: subprocess.Popen | None = None
+        self._terminated = False
 
     @property
     def url(self) -> str:
@@ -130,6 +131,7 @@ class ServerProcess:
                     # Its own process group, so that stop() and kill() reach the workers too.
                     start_new_session=True,
                 )
+            self._terminated = False
             if self._wait_ready():
                 return self
             self.stop()
@@ -160,20 +162,26 @@ class ServerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 
+    def terminate(self) -> None:
+        """Ask the server to stop (SIGTERM: gunicorn's graceful shutdown), once."""
+        if self.proc is not None and not self._terminated:
+            self._terminated = True
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
     def stop(self) -> None:
-        """Stop gracefully (SIGTERM), or SIGKILL what is still there after a while."""
+        """Stop gracefully, or SIGKILL what is still there after a while."""
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
+        self.terminate()
         try:
             self.proc.wait(20)
         except subprocess.TimeoutExpired:
             pass
         try:
-            # Workers that outlive their master (or a master stuck in shutdown).
+            # Workers that outlive their master, or a master stuck in its shutdown.
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
@@ -241,6 +249,8 @@ class Deployment:
 
     def close(self) -> None:
         for server in self.servers:
+            server.terminate()  # all at once, then wait for each
+        for server in self.servers:
             server.stop()
 
 
@@ -271,6 +281,11 @@ class Client:
 
     def post(self, path: str, **kw: Any) -> requests.Response:
         return self.call("POST", path, **kw)
+
+    def create_agent(self, title: str, dsl: dict) -> str:
+        resp = self.post("/agents", json={"title": title, "dsl": dsl})
+        assert resp.status_code == 200, resp.text
+        return resp.json()["data"]["id"]
 
     def create_session(self, agent_id: str) -> str:
         resp = self.post(f"/agents/{agent_id}/sessions", json={})
@@ -372,3 +387,18 @@ def slow_http(deployment) -> Iterator[SlowHTTPServer]:
         yield server
     finally:
         server.close()
+
+
+def slow_dsl(slow_url: str) -> dict:
+    """A turn that says "working on <query>", calls ``slow_url``, then says "done <n>" (the
+    two messages joined by a blank line).
+
+    While the endpoint holds its answer the turn is running, with a chunk already streamed.
+    """
+    return dsl_of(
+        {
+            "Message:Start": ("Message", {"content": ["working on {sys.query}"]}, ["Invoke:Slow"]),
+            "Invoke:Slow": ("Invoke", {"url": slow_url, "method": "get"}, ["Message:Done"]),
+            "Message:Done": ("Message", {"content": ["done {Invoke:Slow@result.n}"]}, []),
+        }
+    )
