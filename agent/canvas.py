@@ -49,6 +49,7 @@ from agent.forms import check_answers
 from agent.refs import Ref, descend, parse_ref
 from agent.stream import LazyText
 from agent.templates import check_template, render, render_stream, render_value
+from agent.variables import declared_variables
 
 log = logging.getLogger("agentcanvas.canvas")
 
@@ -730,23 +731,10 @@ class Canvas:
 
 
 def _declared_variables(variables: Any) -> dict[str, dict]:
-    """``variables`` as ``{name: {type, value}}``; RAGFlow also writes a list of
-    ``{name, type, value}`` (or an empty list). The DSL keeps its own shape."""
-    if variables is None or variables == []:
-        return {}
-    if isinstance(variables, list):
-        out = {}
-        for i, var in enumerate(variables):
-            if not isinstance(var, dict) or not var.get("name"):
-                raise DSLError(f"variables[{i}] must be an object with 'name', 'type' and 'value'")
-            out[var["name"]] = var
-        return out
-    if not isinstance(variables, dict):
-        raise DSLError("'variables' must be an object of {name: {type, value}}")
-    for name, var in variables.items():
-        if not isinstance(var, dict):
-            raise DSLError(f"variable {name!r} must be an object with 'type' and 'value'")
-    return variables
+    try:
+        return declared_variables(variables)
+    except ValueError as e:
+        raise DSLError(str(e)) from None
 
 
 def _errors_message(cid: str, errors: dict[str, str]) -> str:

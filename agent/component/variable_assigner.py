@@ -46,13 +46,24 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.refs import Ref, find_refs, parse_ref, to_text
 from agent.stream import LazyText
+from agent.variables import (
+    MAX_NUMBER,
+    SCALAR_KINDS,
+    VariableType,
+    article,
+    describe,
+    empty_value,
+    is_finite_number,
+    parse_type,
+    type_of_value,
+    value_fits,
+)
 
 OPERATORS = (
     "overwrite",
@@ -69,135 +80,16 @@ OPERATORS = (
 )
 NO_PARAMETER = ("clear", "remove_first", "remove_last")
 ARITHMETIC = ("+=", "-=", "*=", "/=")
-# Larger numbers do not survive JSON in most clients (and Python refuses to print
-# integers past 4300 digits), so arithmetic stops here with a clear error.
-MAX_NUMBER = 2**63
-SCALAR_KINDS = ("string", "number", "integer", "boolean", "object")
-_KIND_NAMES = {
-    "string": "string",
-    "str": "string",
-    "text": "string",
-    "line": "string",
-    "paragraph": "string",
-    "secret": "string",
-    "number": "number",
-    "integer": "integer",
-    "int": "integer",
-    "float": "number",
-    "boolean": "boolean",
-    "bool": "boolean",
-    "object": "object",
-    "dict": "object",
-    "json": "object",
-    "any": "any",
-    "file": "any",
-}
-_ARRAY_RE = re.compile(r"^(?:array|list)\s*(?:[<\[]\s*([a-z]+)\s*[>\]])?$")
-
-
-class VariableType:
-    """A variable's type: ``kind`` is string/number/integer/boolean/object/array/any;
-    arrays also have an ``element`` kind (``any`` when not constrained).
-    """
-
-    def __init__(self, kind: str, element: str | None = None):
-        self.kind = kind
-        self.element = element
-
-    def __str__(self) -> str:
-        return f"array<{self.element}>" if self.kind == "array" else self.kind
-
-
-def parse_type(declared: Any) -> VariableType | None:
-    """Read a declared type: ``number``, ``array<string>``, Dify's ``array[string]``...
-
-    Returns ``None`` for a type this module does not know.
-    """
-    if declared in (None, ""):
-        return VariableType("any")
-    if not isinstance(declared, str):
-        return None
-    text = declared.strip().lower()
-    if text in _KIND_NAMES:
-        return VariableType(_KIND_NAMES[text])
-    m = _ARRAY_RE.match(text)
-    if m is None:
-        return None
-    element = _KIND_NAMES.get(m.group(1) or "any")
-    return VariableType("array", element) if element else None
-
-
-def type_of_value(value: Any) -> VariableType:
-    """The type a value has (``any`` for ``None``; lists are ``array<any>``)."""
-    if isinstance(value, bool):
-        return VariableType("boolean")
-    if isinstance(value, (int, float)):
-        return VariableType("number")
-    if isinstance(value, str):
-        return VariableType("string")
-    if isinstance(value, dict):
-        return VariableType("object")
-    if isinstance(value, (list, tuple)):
-        return VariableType("array", "any")
-    return VariableType("any")
-
-
-def _fits(kind: str, value: Any) -> bool:
-    if kind == "any":
-        return True
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "object":
-        return isinstance(value, dict)
-    return False
-
-
-def value_fits(vtype: VariableType, value: Any) -> bool:
-    """Whether ``value`` has type ``vtype`` (array elements checked too)."""
-    if vtype.kind == "array":
-        return isinstance(value, list) and all(_fits(vtype.element or "any", v) for v in value)
-    return _fits(vtype.kind, value)
-
-
-def empty_value(vtype: VariableType) -> Any:
-    """What ``clear`` leaves: the type's empty value (``None`` for an untyped target)."""
-    return {"string": "", "number": 0, "integer": 0, "boolean": False, "object": {}, "array": []}.get(
-        vtype.kind
-    )
-
-
-def describe(value: Any) -> str:
-    """A value for an error message: its type and a short repr."""
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return f"{type_of_value(value)} {shown}" if value is not None else "nothing (None)"
-
-
-def _a(vtype: VariableType) -> str:
-    """The type with its article: "a string", "an object"."""
-    name = str(vtype)
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 class AssignError(ValueError):
     """An operation does not fit the variable or the value; the message says why."""
 
 
-def _finite(number: int | float) -> bool:
-    return abs(number) <= MAX_NUMBER if isinstance(number, int) else math.isfinite(number)
-
-
 def _number(value: Any, what: str) -> int | float:
     if isinstance(value, bool):
         raise AssignError(f"{what} must be a number, got {describe(value)}")
-    if isinstance(value, (int, float)) and _finite(value):
+    if isinstance(value, (int, float)) and is_finite_number(value):
         return value
     if isinstance(value, str):
         text = value.strip()
@@ -206,7 +98,7 @@ def _number(value: Any, what: str) -> int | float:
                 number = convert(text)
             except ValueError:
                 continue
-            if _finite(number):
+            if is_finite_number(number):
                 return number
     raise AssignError(f"{what} must be a number, got {describe(value)}")
 
@@ -276,14 +168,14 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
         return empty_value(vtype)
     if operator in ARITHMETIC:
         if vtype.kind not in ("number", "integer", "any"):
-            raise AssignError(f"{operator} works on numbers; the variable is {_a(vtype)}")
+            raise AssignError(f"{operator} works on numbers; the variable is {article(vtype)}")
         result = _arithmetic(operator, current, value)
         return _whole(result, f"the result of {operator}") if vtype.kind == "integer" else result
     if operator in ("append", "extend", "remove_first", "remove_last"):
         if vtype.kind == "any" and current is None:
             vtype = VariableType("array", "any")
         if vtype.kind != "array":
-            raise AssignError(f"{operator} works on arrays; the variable is {_a(vtype)}")
+            raise AssignError(f"{operator} works on arrays; the variable is {article(vtype)}")
         items = list(current) if isinstance(current, (list, tuple)) else []
         if operator == "remove_first":
             return items[1:]
@@ -292,7 +184,7 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
         element = VariableType(vtype.element or "any")
         if operator == "append":
             if not value_fits(element, value):
-                raise AssignError(f"append needs {_a(element)} element, got {describe(value)}")
+                raise AssignError(f"append needs {article(element)} element, got {describe(value)}")
             return [*items, value]
         if not isinstance(value, list):
             raise AssignError(f"extend needs a list, got {describe(value)}")
@@ -302,11 +194,11 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
     if operator == "set":
         if vtype.kind not in (*SCALAR_KINDS, "any"):
             raise AssignError(
-                f"set works on {', '.join(SCALAR_KINDS)}; for {_a(vtype)} use overwrite or extend"
+                f"set works on {', '.join(SCALAR_KINDS)}; for {article(vtype)} use overwrite or extend"
             )
         value = _from_text(vtype, value)
     if not value_fits(vtype, value):
-        raise AssignError(f"{operator} needs {_a(vtype)} value, got {describe(value)}")
+        raise AssignError(f"{operator} needs {article(vtype)} value, got {describe(value)}")
     return value
 
 

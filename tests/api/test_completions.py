@@ -119,7 +119,7 @@ def test_counter_variables_read_typed_and_written(api: Api):
     resp = api.put(f"{path}/count", json={"value": None})
     assert resp.status_code == 400 and resp.json["message"].endswith("got null")
     resp = api.put(f"{path}/said", json={"value": ["ok", 3]})
-    assert resp.status_code == 400 and "item 1 is integer" in resp.json["message"]
+    assert resp.status_code == 400 and "item 1 is number 3" in resp.json["message"]
     resp = api.put(f"{path}/nope", json={"value": 1})
     assert resp.status_code == 404 and "count" in resp.json["message"]
     resp = api.put(f"{path}/count", json={"val": 1})
