@@ -1,0 +1,218 @@
+"""Embedding: the chat page, its API (embed tokens), and the snippet (API tokens).
+
+Three blueprints under one, because each part authenticates differently:
+
+* ``GET /embed/agents/<id>?auth=<embed token>``: the chat page (``templates/embed.html``
+  with ``static/embed.js`` and ``static/embed.css``), sent with
+  ``Content-Security-Policy: frame-ancestors`` from the agent's allowed origins.
+* ``/api/v1/agentbots/<id>/...``: what the page calls, with
+  ``Authorization: Bearer <embed token>`` and the end user's ``user_id``; CORS for the
+  agent's allowed origins only.
+* ``GET/PUT /api/v1/agents/<id>/embed`` (API token): the iframe snippet and the
+  allowed origins.
+
+See :mod:`api.services.embed` for end users and origins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, g, render_template, request
+from flask.typing import ResponseReturnValue
+
+from api.auth import bearer_token, require_api_token
+from api.blueprints.completions import blocking_reply, sse_reply, turn_request
+from api.db import Agent, db
+from api.errors import ArgumentError, AuthError, TooLarge
+from api.http import flag, json_body, ok, tenant_id
+from api.services import embed
+from api.services.agents import get_agent
+from api.services.tokens import create_token, tenant_for_token
+from api.services.turns import turn_service
+
+bp = Blueprint("embed", __name__)
+page_bp = Blueprint("page", __name__)
+bot_bp = Blueprint("bot", __name__, url_prefix="/api/v1")
+admin_bp = Blueprint("admin", __name__, url_prefix="/api/v1")
+admin_bp.before_request(require_api_token)
+
+#: Headers the page reads from a completion reply to know its session before any event.
+SESSION_HEADER = "X-Session-Id"
+TASK_HEADER = "X-Task-Id"
+
+
+# ---------------------------------------------------------------------- the page
+def _page_headers(response: Response, ancestors: str | None) -> Response:
+    # No inline script or style, nothing from elsewhere: text that slipped into the
+    # page as markup still could not run.
+    policy = (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        "img-src 'self' data:; base-uri 'none'; form-action 'none'"
+    )
+    if ancestors is not None:
+        policy += f"; frame-ancestors {ancestors}"
+    response.headers["Content-Security-Policy"] = policy
+    # The page URL carries the embed token: keep it out of Referer headers and caches.
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _error_page(status: int, message: str) -> tuple[Response, int]:
+    html = render_template("embed_error.html", message=message)
+    return _page_headers(Response(html, mimetype="text/html"), None), status
+
+
+@page_bp.get("/embed/agents/<agent_id>")
+def chat_page(agent_id: str) -> ResponseReturnValue:
+    token = request.args.get("auth", "").strip()
+    if not token:
+        return _error_page(
+            401, "This chat cannot open: its link has no embed token (auth=...). Ask the site's owner."
+        )
+    tenant = tenant_for_token(token, "embed")
+    if tenant is None:
+        if tenant_for_token(token, "api") is not None:
+            return _error_page(
+                401,
+                "This chat cannot open: the link carries an API token, and the embed page takes embed "
+                "tokens only. Never put an API token in a web page: revoke it and make an embed token "
+                "(agentcanvas token create --embed).",
+            )
+        return _error_page(401, "This chat cannot open: its embed token is not valid (revoked or mistyped).")
+    agent = Agent.get_or_none((Agent.id == agent_id) & (Agent.tenant_id == tenant))
+    if agent is None:
+        return _error_page(404, "This chat cannot open: the agent does not exist (or not for this token).")
+    html = render_template(
+        "embed.html",
+        title=agent.title,
+        agent_id=agent.id,
+        token=token,
+        api_base=f"{request.script_root}/api/v1",
+    )
+    return _page_headers(Response(html, mimetype="text/html"), embed.frame_ancestors(embed.origins_of(agent)))
+
+
+# ---------------------------------------------------------------------- the page's API
+@bot_bp.before_request
+def require_embed_token() -> None:
+    """Refuse the request unless it carries a valid embed token (preflights carry none)."""
+    if request.method == "OPTIONS":
+        return
+    token = bearer_token()
+    if not token:
+        raise AuthError(
+            "missing embed token: send 'Authorization: Bearer <embed token>' "
+            "(make one with `agentcanvas token create --embed`)"
+        )
+    tenant = tenant_for_token(token, "embed")
+    if tenant is None:
+        raise AuthError(
+            "the embed token is not valid (revoked, mistyped, or an API token: "
+            "the embed routes take embed tokens only)"
+        )
+    g.tenant_id = tenant
+
+
+@bot_bp.after_request
+def allow_listed_origins(response: Response) -> Response:
+    """CORS for the agent's allowed parent origins, and for nobody else."""
+    response.vary.add("Origin")
+    origin = request.headers.get("Origin")
+    agent_id = (request.view_args or {}).get("agent_id")
+    if not origin or not agent_id or origin == request.host_url.rstrip("/"):
+        return response
+    allowed = embed.cors_origin(agent_id, origin)
+    if allowed is None:
+        return response
+    response.headers["Access-Control-Allow-Origin"] = allowed
+    response.headers["Access-Control-Expose-Headers"] = f"{SESSION_HEADER}, {TASK_HEADER}"
+    if request.method == "OPTIONS":
+        response.headers["Access-Control-Allow-Methods"] = "GET, POST"
+        response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
+        response.headers["Access-Control-Max-Age"] = "600"
+    return response
+
+
+@bot_bp.get("/agentbots/<agent_id>/inputs")
+def bot_inputs(agent_id: str) -> ResponseReturnValue:
+    return ok(embed.bot_info(tenant_id(), agent_id, turn_service().limits))
+
+
+@bot_bp.post("/agentbots/<agent_id>/completions")
+def bot_completions(agent_id: str) -> ResponseReturnValue:
+    body = json_body()
+    end_user = embed.check_end_user(body.get("user_id"))
+    req = turn_request(agent_id, body, invoke_from="embed")
+    req.end_user = end_user
+    limit = turn_service().limits.max_value_bytes
+    size = len(req.query.encode("utf-8"))
+    if size > limit:
+        raise TooLarge(f"the message is {size} bytes; the limit is {limit} (limits.max_value_bytes)")
+    stream = flag(body.get("stream"), "stream", default=True)
+    turn = turn_service().start(req)
+    if stream:
+        response = sse_reply(turn)
+        status = 200
+    else:
+        response, status = blocking_reply(turn)
+    response.headers[SESSION_HEADER] = turn.session_id
+    response.headers[TASK_HEADER] = turn.task_id
+    return response, status
+
+
+@bot_bp.get("/agentbots/<agent_id>/sessions/<session_id>")
+def bot_session(agent_id: str, session_id: str) -> ResponseReturnValue:
+    end_user = embed.check_end_user(request.args.get("user_id"))
+    return ok(embed.end_user_session(tenant_id(), agent_id, session_id, end_user))
+
+
+@bot_bp.post("/agentbots/<agent_id>/sessions/<session_id>/cancel")
+def bot_cancel(agent_id: str, session_id: str) -> ResponseReturnValue:
+    end_user = embed.check_end_user(json_body().get("user_id"))
+    result = embed.cancel_end_user_turn(tenant_id(), agent_id, session_id, end_user)
+    message = "cancel requested" if result["cancelled"] else "no answer is running; nothing to cancel"
+    return ok(result, message=message)
+
+
+# ---------------------------------------------------------------------- the snippet
+@admin_bp.get("/agents/<agent_id>/embed")
+def embed_snippet(agent_id: str) -> ResponseReturnValue:
+    agent = get_agent(tenant_id(), agent_id)
+    token = request.args.get("embed_token") or None
+    if token is not None and tenant_for_token(token, "embed") != tenant_id():
+        raise ArgumentError(
+            "'embed_token' is not a valid embed token of your tenant; make one with "
+            'POST /api/v1/system/tokens {"kind": "embed"}'
+        )
+    return ok(embed.snippet(request.host_url, agent, token))
+
+
+@admin_bp.put("/agents/<agent_id>/embed")
+def set_embed_origins(agent_id: str) -> ResponseReturnValue:
+    body = json_body()
+    if "allowed_origins" not in body:
+        raise ArgumentError('the body needs \'allowed_origins\': {"allowed_origins": ["https://your.site"]}')
+    embed.set_origins(tenant_id(), agent_id, body["allowed_origins"])
+    return ok(embed.snippet(request.host_url, get_agent(tenant_id(), agent_id)))
+
+
+bp.register_blueprint(page_bp)
+bp.register_blueprint(bot_bp)
+bp.register_blueprint(admin_bp)
+
+
+# ---------------------------------------------------------------------- quickstart
+_quickstart_tokens: dict[str, str] = {}
+
+
+def quickstart_lines(base_url: str, tenant_id: str, agent: Any, token: str) -> list[str]:
+    """``agentcanvas quickstart``: each agent's embed page, with one embed token per run."""
+    embed_token = _quickstart_tokens.get(tenant_id)
+    if embed_token is None:
+        with db.connection_context():
+            embed_token, _ = create_token(tenant_id, "embed")
+        _quickstart_tokens[tenant_id] = embed_token
+    return [f"embed page: {embed.page_url(base_url, agent.id, embed_token)}"]

@@ -1,0 +1,801 @@
+/*
+ * agentcanvas embed page: a chat with one agent, for an iframe on another site.
+ *
+ * Plain JavaScript, no dependencies, no build step. It talks to the embed routes
+ * (/api/v1/agentbots/<id>/...) with the page's embed token and this browser's
+ * end-user id, a random 128-bit id kept in localStorage. The conversation's session
+ * id is kept there too, so a reload shows the conversation again.
+ *
+ * Every text that comes from a person, the agent or the server is put into the page
+ * with textContent, never as markup: a message holding <script> shows as text.
+ */
+(function () {
+  "use strict";
+
+  var app = document.getElementById("app");
+  var agentId = app.getAttribute("data-agent-id");
+  var token = app.getAttribute("data-token");
+  var apiBase = app.getAttribute("data-api");
+  var agentTitle = document.getElementById("title").textContent;
+
+  var els = {
+    messages: document.getElementById("messages"),
+    status: document.getElementById("status"),
+    composer: document.getElementById("composer"),
+    input: document.getElementById("message"),
+    send: document.getElementById("send"),
+    stop: document.getElementById("stop"),
+    newChat: document.getElementById("new-chat"),
+  };
+
+  var USER_KEY = "agentcanvas.user";
+  var SESSION_KEY = "agentcanvas.session." + agentId;
+
+  var state = {
+    userId: null,
+    sessionId: null,
+    info: null, // GET /inputs: title, prologue, mode, inputs (Begin's form), max_value_bytes
+    busy: false,
+    stopping: false,
+    openForm: null, // the form waiting for answers: {element, fields, submit}
+  };
+  var formCount = 0;
+
+  // ------------------------------------------------------------------ storage
+  // A browser that blocks storage in third-party frames still gets a working chat;
+  // it only forgets the conversation on reload.
+  var memoryStore = {};
+  var storageWorks = true;
+
+  function load(key) {
+    try {
+      return window.localStorage.getItem(key);
+    } catch (e) {
+      storageWorks = false;
+      return Object.prototype.hasOwnProperty.call(memoryStore, key) ? memoryStore[key] : null;
+    }
+  }
+
+  function store(key, value) {
+    try {
+      if (value === null) window.localStorage.removeItem(key);
+      else window.localStorage.setItem(key, value);
+    } catch (e) {
+      storageWorks = false;
+      if (value === null) delete memoryStore[key];
+      else memoryStore[key] = value;
+    }
+  }
+
+  function randomId() {
+    var bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.prototype.map
+      .call(bytes, function (b) {
+        return ("0" + b.toString(16)).slice(-2);
+      })
+      .join("");
+  }
+
+  function endUserId() {
+    var id = load(USER_KEY);
+    if (!id || !/^[A-Za-z0-9_-]{32,128}$/.test(id)) {
+      id = randomId();
+      store(USER_KEY, id);
+    }
+    return id;
+  }
+
+  function rememberSession(id) {
+    state.sessionId = id;
+    store(SESSION_KEY, id);
+  }
+
+  function forgetSession() {
+    state.sessionId = null;
+    store(SESSION_KEY, null);
+  }
+
+  // ------------------------------------------------------------------ page parts
+  function showStatus(text, kind) {
+    els.status.textContent = text;
+    els.status.className = "notice" + (kind ? " " + kind : "");
+    els.status.hidden = !text;
+  }
+
+  function scrollToEnd() {
+    els.messages.scrollTop = els.messages.scrollHeight;
+  }
+
+  function addMessage(role, text) {
+    var item = document.createElement("article");
+    item.className = "message " + role;
+    var who = document.createElement("h2");
+    who.className = "visually-hidden";
+    who.textContent = role === "user" ? "You said" : agentTitle + " said";
+    var bubble = document.createElement("div");
+    bubble.className = "bubble";
+    bubble.textContent = text || "";
+    item.appendChild(who);
+    item.appendChild(bubble);
+    els.messages.appendChild(item);
+    scrollToEnd();
+    return { item: item, bubble: bubble };
+  }
+
+  function addNote(reply, text, kind) {
+    var note = document.createElement("p");
+    note.className = "note " + (kind || "");
+    note.textContent = text;
+    reply.item.appendChild(note);
+    scrollToEnd();
+    return note;
+  }
+
+  function setBusy(busy) {
+    state.busy = busy;
+    els.send.disabled = busy;
+    els.stop.hidden = !busy;
+    els.stop.disabled = false;
+    els.stop.textContent = "Stop";
+    els.newChat.disabled = busy;
+    els.messages.setAttribute("aria-busy", busy ? "true" : "false");
+    if (state.openForm) state.openForm.submit.disabled = busy;
+    if (!busy) state.stopping = false;
+  }
+
+  // ------------------------------------------------------------------ HTTP
+  function ChatError(kind, message, status, body) {
+    this.kind = kind; // "network", "http"
+    this.message = message;
+    this.status = status || 0;
+    this.body = body || null;
+  }
+
+  function request(method, path, body) {
+    var headers = { Authorization: "Bearer " + token };
+    var init = { method: method, headers: headers, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return window.fetch(apiBase + path, init).catch(function () {
+      throw new ChatError(
+        "network",
+        "Could not reach the chat server. Check your internet connection and try again."
+      );
+    });
+  }
+
+  // The words a person sees for a failed call.
+  function errorFrom(response) {
+    return response
+      .json()
+      .catch(function () {
+        return null;
+      })
+      .then(function (body) {
+        var serverText = body && typeof body.message === "string" ? body.message : "";
+        var code = body && body.code;
+        var text;
+        if (response.status === 401) {
+          text = "This chat is not available any more: its access key was revoked or is not valid.";
+        } else if (response.status === 409 && code === 106) {
+          text =
+            "The assistant is still answering your previous message. Wait until it has finished, then send again.";
+        } else if (response.status === 409) {
+          text = "The answer was stopped.";
+        } else if (response.status === 413) {
+          text = "That is too large to send. " + serverText;
+        } else if (response.status === 404) {
+          text = "This conversation is no longer available.";
+        } else if (response.status >= 500) {
+          text = "The server had a problem and could not answer" + (serverText ? ": " + serverText : ".") + " Please try again.";
+        } else {
+          text = serverText || "The request failed (HTTP " + response.status + ").";
+        }
+        return new ChatError("http", text, response.status, body);
+      });
+  }
+
+  function getJSON(path) {
+    return request("GET", path).then(function (response) {
+      if (!response.ok) {
+        return errorFrom(response).then(function (err) {
+          throw err;
+        });
+      }
+      return response.json().then(function (body) {
+        return body.data;
+      });
+    });
+  }
+
+  // Reads "data:<json>" frames from a streamed reply; resolves true at [DONE],
+  // false if the stream ended without it (the connection was lost).
+  function readEvents(response, onEvent) {
+    var reader = response.body.getReader();
+    var decoder = new TextDecoder();
+    var buffer = "";
+
+    function handleFrame(frame) {
+      var lines = frame.split("\n");
+      var data = [];
+      for (var i = 0; i < lines.length; i++) {
+        if (lines[i].indexOf("data:") === 0) data.push(lines[i].slice(5).replace(/^ /, ""));
+      }
+      if (!data.length) return false;
+      var text = data.join("\n");
+      if (text === "[DONE]") return true;
+      onEvent(JSON.parse(text));
+      return false;
+    }
+
+    function pump() {
+      return reader.read().then(function (chunk) {
+        if (chunk.done) return false;
+        buffer += decoder.decode(chunk.value, { stream: true }).replace(/\r\n/g, "\n");
+        var cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          var frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          if (handleFrame(frame)) return true;
+        }
+        return pump();
+      });
+    }
+
+    return pump();
+  }
+
+  // ------------------------------------------------------------------ forms
+  var TYPE_HINTS = {
+    integer: "A whole number, like 42.",
+    float: "A number, like 3.5.",
+    object: 'JSON, like {"key": "value"}.',
+  };
+
+  function byteLength(text) {
+    return new TextEncoder().encode(text).length;
+  }
+
+  function maxBytes() {
+    return (state.info && state.info.max_value_bytes) || 65536;
+  }
+
+  function hasDefault(def) {
+    return def.value !== undefined && def.value !== null && def.value !== "";
+  }
+
+  // Builds one field: label, control, help and error line. Returns {read(), control, error}.
+  function buildField(form, key, def, index) {
+    var id = "f" + formCount + "-" + index;
+    var type = def.type || "line";
+    var wrap = document.createElement("div");
+    wrap.className = "field field-" + type;
+
+    var label = document.createElement("label");
+    label.setAttribute("for", id);
+    label.textContent = def.name || key;
+    if (def.optional) {
+      var opt = document.createElement("span");
+      opt.className = "optional";
+      opt.textContent = " (optional)";
+      label.appendChild(opt);
+    }
+
+    var control;
+    var fileValue = null;
+    if (type === "paragraph" || type === "object") {
+      control = document.createElement("textarea");
+      control.rows = type === "object" ? 4 : 3;
+      if (type === "object") {
+        control.className = "code";
+        control.spellcheck = false;
+        if (hasDefault(def)) control.value = typeof def.value === "string" ? def.value : JSON.stringify(def.value, null, 2);
+      } else if (hasDefault(def)) {
+        control.value = String(def.value);
+      }
+    } else if (type === "options") {
+      control = document.createElement("select");
+      var options = Array.isArray(def.options) ? def.options : [];
+      var blank = document.createElement("option");
+      blank.value = "";
+      blank.textContent = "Choose…";
+      control.appendChild(blank);
+      options.forEach(function (value, i) {
+        var option = document.createElement("option");
+        option.value = String(i);
+        option.textContent = String(value);
+        if (hasDefault(def) && value === def.value) option.selected = true;
+        control.appendChild(option);
+      });
+      control._options = options;
+    } else if (type === "boolean") {
+      control = document.createElement("input");
+      control.type = "checkbox";
+      control.checked = def.value === true || def.value === "true";
+    } else if (type === "file") {
+      control = document.createElement("input");
+      control.type = "file";
+      control.addEventListener("change", function () {
+        fileValue = null;
+        var file = control.files && control.files[0];
+        if (!file) return;
+        var reader = new FileReader();
+        reader.onload = function () {
+          fileValue = { name: file.name, mime_type: file.type, size: file.size, data: reader.result };
+        };
+        reader.readAsDataURL(file);
+      });
+    } else {
+      control = document.createElement("input");
+      control.type = "text";
+      if (type === "integer") control.inputMode = "numeric";
+      if (type === "float") control.inputMode = "decimal";
+      if (hasDefault(def)) control.value = String(def.value);
+    }
+    control.id = id;
+    control.name = key;
+    if (!def.optional && !hasDefault(def) && type !== "boolean") control.setAttribute("aria-required", "true");
+
+    var helpText = def.description || def.tips || TYPE_HINTS[type] || "";
+    var help = null;
+    if (helpText) {
+      help = document.createElement("p");
+      help.className = "help";
+      help.id = id + "-help";
+      help.textContent = helpText;
+    }
+    var error = document.createElement("p");
+    error.className = "field-error";
+    error.id = id + "-error";
+    error.hidden = true;
+    control.setAttribute("aria-describedby", (help ? help.id + " " : "") + error.id);
+
+    if (type === "boolean") {
+      var row = document.createElement("div");
+      row.className = "check";
+      row.appendChild(control);
+      row.appendChild(label);
+      wrap.appendChild(row);
+    } else {
+      wrap.appendChild(label);
+      wrap.appendChild(control);
+    }
+    if (help) wrap.appendChild(help);
+    wrap.appendChild(error);
+    form.appendChild(wrap);
+
+    // The answer, or {error} when the browser can already tell it does not fit.
+    function read() {
+      var required = !def.optional && !hasDefault(def);
+      if (type === "boolean") return { value: control.checked };
+      if (type === "file") {
+        var file = control.files && control.files[0];
+        if (!file) return required ? { error: "Please choose a file." } : { skip: true };
+        if (!fileValue) return { error: "The file is still being read; try again in a moment." };
+        if (file.size * 4 / 3 + 200 > maxBytes()) {
+          return { error: "This file is too large: at most about " + Math.floor(maxBytes() * 0.74 / 1024) + " KiB." };
+        }
+        return { value: fileValue };
+      }
+      if (type === "options") {
+        if (control.value === "") return required ? { error: "Please choose one." } : { skip: true };
+        var picked = control._options[Number(control.value)];
+        return { value: picked === undefined ? control.value : picked };
+      }
+      var text = control.value;
+      if (!text.trim()) return required ? { error: "Please fill in this field." } : { skip: true };
+      if (byteLength(text) > maxBytes()) return { error: "This is too long: at most " + maxBytes() + " bytes." };
+      if (type === "integer" && !/^\s*[+-]?\d+\s*$/.test(text)) {
+        return { error: "Enter a whole number, like 42." };
+      }
+      if (type === "float") {
+        var n = Number(text.trim());
+        if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(text) || !isFinite(n)) {
+          return { error: "Enter a number, like 3.5." };
+        }
+      }
+      if (type === "object") {
+        try {
+          JSON.parse(text);
+        } catch (e) {
+          return { error: "Enter valid JSON (" + e.message + ")." };
+        }
+      }
+      return { value: type === "line" || type === "paragraph" || type === "object" ? text : text.trim() };
+    }
+
+    function display(value) {
+      if (type === "file") return value && value.name ? value.name : "";
+      if (type === "boolean") return value ? "yes" : "no";
+      return String(value);
+    }
+
+    return { key: key, label: def.name || key, control: control, error: error, read: read, display: display };
+  }
+
+  function setFieldError(field, text) {
+    field.error.textContent = text || "";
+    field.error.hidden = !text;
+    if (text) field.control.setAttribute("aria-invalid", "true");
+    else field.control.removeAttribute("aria-invalid");
+  }
+
+  // Renders a form (Begin's, or a paused run's user_inputs) after `anchor`.
+  // `onAnswers(inputs, summary, form)` sends it and resolves to the field errors, if any.
+  function renderForm(anchor, fields, legendText, onAnswers) {
+    formCount += 1;
+    var form = document.createElement("form");
+    form.className = "user-form";
+    form.noValidate = true;
+    var fieldset = document.createElement("fieldset");
+    var legend = document.createElement("legend");
+    legend.textContent = legendText;
+    fieldset.appendChild(legend);
+    form.appendChild(fieldset);
+    var summary = document.createElement("p");
+    summary.className = "form-error";
+    summary.setAttribute("role", "alert");
+    summary.hidden = true;
+
+    var built = Object.keys(fields).map(function (key, i) {
+      return buildField(fieldset, key, fields[key] || {}, i);
+    });
+    fieldset.appendChild(summary);
+    var submit = document.createElement("button");
+    submit.type = "submit";
+    submit.textContent = "Send answers";
+    fieldset.appendChild(submit);
+    anchor.appendChild(form);
+
+    var handle = { element: form, fields: built, submit: submit };
+    state.openForm = handle;
+    submit.disabled = state.busy;
+
+    function showErrors(errors, message) {
+      var first = null;
+      built.forEach(function (field) {
+        var text = errors[field.key] || "";
+        setFieldError(field, text);
+        if (text && !first) first = field;
+      });
+      var unknown = Object.keys(errors).filter(function (k) {
+        return !built.some(function (f) {
+          return f.key === k;
+        });
+      });
+      var extra = unknown
+        .map(function (k) {
+          return k + ": " + errors[k];
+        })
+        .join(" ");
+      var text = message || (first || extra ? "Please correct the fields marked below." : "");
+      summary.textContent = text + (extra ? " " + extra : "");
+      summary.hidden = !summary.textContent;
+      if (first) first.control.focus();
+    }
+
+    form.addEventListener("submit", function (event) {
+      event.preventDefault();
+      if (state.busy) return;
+      var inputs = {};
+      var lines = [];
+      var errors = {};
+      built.forEach(function (field) {
+        var answer = field.read();
+        if (answer.error) errors[field.key] = answer.error;
+        else if (!answer.skip) {
+          inputs[field.key] = answer.value;
+          lines.push(field.label + ": " + field.display(answer.value));
+        }
+      });
+      if (Object.keys(errors).length) {
+        showErrors(errors);
+        return;
+      }
+      showErrors({});
+      onAnswers(inputs, lines.join("\n"), handle).then(function (result) {
+        if (result && result.errors) {
+          showErrors(result.errors, result.message);
+        } else if (result && result.sent) {
+          fieldset.disabled = true;
+          form.classList.add("answered");
+          if (state.openForm === handle) state.openForm = null;
+        }
+      });
+    });
+    return handle;
+  }
+
+  // ------------------------------------------------------------------ turns
+  // Sends one turn and streams its answer. Resolves to {sent: true} once the
+  // server took it, or {errors, message} when a form's answers were refused.
+  function runTurn(payload, userText) {
+    if (state.busy) return Promise.resolve(null);
+    setBusy(true);
+    showStatus("");
+    var body = { user_id: state.userId, stream: true };
+    Object.keys(payload).forEach(function (k) {
+      body[k] = payload[k];
+    });
+    if (state.sessionId) body.session_id = state.sessionId;
+
+    return request("POST", "/agentbots/" + encodeURIComponent(agentId) + "/completions", body)
+      .then(function (response) {
+        if (!response.ok) {
+          return errorFrom(response).then(function (err) {
+            throw err;
+          });
+        }
+        var sid = response.headers.get("X-Session-Id");
+        if (sid) rememberSession(sid);
+        if (userText) addMessage("user", userText);
+        var reply = addMessage("assistant", "");
+        reply.item.classList.add("streaming");
+        streamInto(response, reply);
+        return { sent: true };
+      })
+      .catch(function (err) {
+        setBusy(false);
+        return failedToSend(err);
+      });
+  }
+
+  function failedToSend(err) {
+    if (!(err instanceof ChatError)) throw err;
+    var data = err.body && err.body.data;
+    if (err.status === 400 && data && data.errors) {
+      return { errors: data.errors, message: "The answers were not accepted: please correct the fields marked below." };
+    }
+    if (err.status === 404 && state.sessionId) {
+      forgetSession();
+      showStatus("Your previous conversation is no longer available. Send your message again to start a new one.", "error");
+      return null;
+    }
+    showStatus(err.message, "error");
+    return null;
+  }
+
+  function streamInto(response, reply) {
+    var ended = false;
+    readEvents(response, function (event) {
+      ended = handleEvent(event, reply) || ended;
+    })
+      .then(function (done) {
+        if (!done && !ended) {
+          addNote(
+            reply,
+            "The connection was lost while the answer was coming. Reload the page in a moment to see the whole answer.",
+            "error"
+          );
+        }
+      })
+      .catch(function () {
+        addNote(
+          reply,
+          "The connection was lost while the answer was coming. Reload the page in a moment to see the whole answer.",
+          "error"
+        );
+      })
+      .then(function () {
+        reply.item.classList.remove("streaming");
+        setBusy(false);
+        if (!state.openForm) els.input.focus();
+      });
+  }
+
+  function appendText(reply, text) {
+    if (!text) return;
+    reply.bubble.textContent += text;
+    scrollToEnd();
+  }
+
+  // One streamed event; returns true when it ended the turn.
+  function handleEvent(event, reply) {
+    var data = event.data || {};
+    if (event.session_id && event.session_id !== state.sessionId) rememberSession(event.session_id);
+    if (event.event === "message") {
+      appendText(reply, data.content);
+      return false;
+    }
+    if (event.event === "message_end") {
+      if (!reply.bubble.textContent && data.content) appendText(reply, data.content);
+      return true;
+    }
+    if (event.event === "user_inputs") {
+      var tips = data.tips || data.content || "";
+      if (tips) appendText(reply, (reply.bubble.textContent ? "\n\n" : "") + tips);
+      var handle = showPendingForm(reply.item, data.inputs || {});
+      if (handle && handle.fields.length) {
+        window.setTimeout(function () {
+          handle.fields[0].control.focus();
+        }, 0);
+      }
+      return true;
+    }
+    if (event.event === "workflow_finished") {
+      var status = data.status;
+      if (status === "cancelled") addNote(reply, "Stopped.", "muted");
+      else if (status && status !== "succeeded") {
+        addNote(reply, "Sorry, the assistant failed: " + (data.content || data.error || "unknown error"), "error");
+      }
+      return true;
+    }
+    return false;
+  }
+
+  function showPendingForm(anchor, fields) {
+    if (!Object.keys(fields).length) return null;
+    return renderForm(anchor, fields, "Your answers", function (inputs, summary) {
+      return runTurn({ inputs: inputs }, summary || "(answers sent)");
+    });
+  }
+
+  function sendMessage() {
+    var text = els.input.value;
+    if (!text.trim() || state.busy) return;
+    if (byteLength(text) > maxBytes()) {
+      showStatus("Your message is too long: at most " + maxBytes() + " bytes.", "error");
+      return;
+    }
+    runTurn({ question: text }, text).then(function (result) {
+      if (result && result.sent) els.input.value = "";
+      else if (result && result.errors) showStatus(result.message, "error");
+    });
+  }
+
+  function stopTurn() {
+    if (!state.busy || state.stopping || !state.sessionId) return;
+    state.stopping = true;
+    els.stop.disabled = true;
+    els.stop.textContent = "Stopping…";
+    var path =
+      "/agentbots/" + encodeURIComponent(agentId) + "/sessions/" + encodeURIComponent(state.sessionId) + "/cancel";
+    request("POST", path, { user_id: state.userId })
+      .then(function (response) {
+        if (!response.ok) {
+          return errorFrom(response).then(function (err) {
+            throw err;
+          });
+        }
+      })
+      .catch(function (err) {
+        state.stopping = false;
+        els.stop.disabled = false;
+        els.stop.textContent = "Stop";
+        showStatus("Could not stop the answer: " + err.message, "error");
+      });
+  }
+
+  // ------------------------------------------------------------------ start
+  function startFresh() {
+    els.messages.textContent = "";
+    state.openForm = null;
+    var info = state.info;
+    var greeting = info.prologue ? addMessage("assistant", info.prologue) : null;
+    var begin = info.inputs || {};
+    if (info.mode === "task" && Object.keys(begin).length) {
+      var anchor = greeting ? greeting.item : addMessage("assistant", "").item;
+      renderForm(anchor, begin, "Start", function (inputs, summary) {
+        return runTurn({ inputs: inputs, question: "" }, summary || "(started)");
+      });
+    }
+  }
+
+  function userTextOf(message, lastForm) {
+    if (message.content) return message.content;
+    var inputs = message.inputs || {};
+    return Object.keys(inputs)
+      .map(function (key) {
+        var def = (lastForm && lastForm[key]) || {};
+        var value = inputs[key];
+        var shown = value && typeof value === "object" ? value.name || JSON.stringify(value) : String(value);
+        return (def.name || key) + ": " + shown;
+      })
+      .join("\n");
+  }
+
+  // Shows the stored conversation again; false when there is none to show.
+  function restore(sessionId) {
+    var path =
+      "/agentbots/" + encodeURIComponent(agentId) + "/sessions/" + encodeURIComponent(sessionId) +
+      "?user_id=" + encodeURIComponent(state.userId);
+    return getJSON(path).then(
+      function (session) {
+        els.messages.textContent = "";
+        state.openForm = null;
+        state.sessionId = session.id;
+        var lastForm = state.info.inputs || {};
+        var lastItem = null;
+        (session.message || []).forEach(function (m) {
+          if (m.role === "user") {
+            var text = userTextOf(m, lastForm);
+            if (text) addMessage("user", text);
+          } else {
+            lastItem = addMessage("assistant", m.content).item;
+            if (m.form) lastForm = m.form;
+          }
+        });
+        if (session.form && lastItem) showPendingForm(lastItem, session.form.inputs || {});
+        if (session.status === "running") {
+          showStatus("An answer is still being written; it will appear here when it is done.");
+          window.setTimeout(function () {
+            restore(session.id).then(function () {}, function () {});
+          }, 2000);
+        } else {
+          showStatus("");
+        }
+        return true;
+      },
+      function (err) {
+        if (err.status === 404) {
+          forgetSession();
+          showStatus("Your previous conversation is no longer available; this is a new one.");
+          return false;
+        }
+        throw err;
+      }
+    );
+  }
+
+  function start() {
+    state.userId = endUserId();
+    setBusy(false);
+    getJSON("/agentbots/" + encodeURIComponent(agentId) + "/inputs")
+      .then(function (info) {
+        state.info = info;
+        var saved = load(SESSION_KEY);
+        return saved ? restore(saved) : false;
+      })
+      .then(function (restored) {
+        if (!restored) startFresh();
+        if (!storageWorks) {
+          showStatus("This browser does not let the chat remember the conversation; it is lost on reload.");
+        }
+      })
+      .catch(function (err) {
+        showStatus(err instanceof ChatError ? err.message : "The chat could not start: " + err, "error");
+      });
+  }
+
+  els.composer.addEventListener("submit", function (event) {
+    event.preventDefault();
+    sendMessage();
+  });
+  els.input.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      sendMessage();
+    } else if (event.key === "Escape" && state.busy) {
+      stopTurn();
+    }
+  });
+  els.stop.addEventListener("click", stopTurn);
+  els.newChat.addEventListener("click", function () {
+    if (state.busy || !state.info) return;
+    forgetSession();
+    showStatus("");
+    startFresh();
+    els.input.focus();
+  });
+  window.addEventListener("offline", function () {
+    showStatus("You are offline. Messages cannot be sent until the connection is back.", "error");
+  });
+  window.addEventListener("online", function () {
+    showStatus("");
+  });
+  window.addEventListener("error", function (event) {
+    showStatus("Something went wrong in this page (" + event.message + "). Reload it to continue.", "error");
+  });
+  window.addEventListener("unhandledrejection", function (event) {
+    var reason = event.reason;
+    showStatus(
+      reason instanceof ChatError ? reason.message : "Something went wrong in this page. Reload it to continue.",
+      "error"
+    );
+  });
+
+  start();
+})();
