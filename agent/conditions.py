@@ -13,8 +13,8 @@ Rules:
 * ``empty`` / ``not empty``: ``None``, ``""``, ``[]`` and ``{}`` are empty; ``0`` and
   ``false`` are values, not empty.
 * ``=`` / ``≠`` (also ``==``, ``!=``, ``is``, ``is not``): when the left value is a number
-  the right one is read as a number, and a right value that is not a number is simply not
-  equal (no error); a boolean compares with ``true``/``false``; anything else compares as
+  the right one is read as a number (and the other way round, when a reference gives a
+  number on the right), and a value that is not a number is simply not equal (no error); a boolean compares with ``true``/``false``; anything else compares as
   text, exactly.
 * ``>`` ``<`` ``≥`` ``≤`` (also ``>=`` ``<=``): both sides as numbers (numeric text
   counts). If either side is not a number the condition is **false** — never an error —
@@ -113,6 +113,10 @@ def _equal(left: Any, right: Any) -> bool:
         return number is not None and left == number
     if left is None:
         return right is None or right == ""
+    if isinstance(right, (int, float)) and not isinstance(right, bool):
+        # A raw number from a reference on the right reads numeric text on the left.
+        number = to_number(left)
+        return number is not None and number == right
     if isinstance(right, str) and not isinstance(left, str):
         return to_text(left) == right
     return left == right

@@ -289,3 +289,20 @@ def test_exception_comment_takes_the_else_branch_not_every_branch():
     assert "Message:No" in ran(events)
     assert outputs_of(events, "Switch:S")["content"] == "n/a"
     assert "unsafe" in outputs_of(events, "Switch:S")["_ERROR"]
+
+
+@pytest.mark.parametrize(
+    ("left", "operator", "right", "holds"),
+    [
+        ("5", "=", 5, True),
+        ("5.0", "=", 5, True),
+        ("five", "=", 5, False),
+        ("5", "≠", 5, False),
+        (7, "=", "7", True),
+        ("x", "=", "x", True),
+    ],
+)
+def test_equality_reads_numeric_text_against_a_number_from_either_side(left, operator, right, holds):
+    from agent.conditions import compare
+
+    assert compare(left, operator, right) is holds
