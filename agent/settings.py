@@ -3,7 +3,8 @@
 The file is found from the package (``<project>/conf/service_conf.yaml``), not from
 the working directory, or named by ``AGENTCANVAS_CONF``. Any key can be overridden
 with ``AGENTCANVAS_<SECTION>_<KEY>`` (``AGENTCANVAS_LIMITS_MAX_STEPS=2000``); values
-are parsed as YAML scalars so numbers and booleans keep their types. Both ``agent``
+are parsed as YAML so numbers, booleans and lists keep their types, except for keys
+that hold text (see :data:`TEXT_KEYS`). Both ``agent``
 (LLM providers, Invoke) and ``api`` read it through :func:`load_settings`.
 """
 
@@ -19,16 +20,25 @@ import yaml
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONF = PROJECT_ROOT / "conf" / "service_conf.yaml"
 ENV_PREFIX = "AGENTCANVAS_"
+# Values that are text whatever they look like (a key "0123", a model "1.5").
+TEXT_KEYS = {
+    ("llm", "api_key"),
+    ("llm", "model"),
+    ("llm", "base_url"),
+    ("llm", "default_provider"),
+    ("database", "url"),
+}
 
 
-def conf_path() -> Path:
-    return Path(os.environ.get("AGENTCANVAS_CONF") or DEFAULT_CONF)
+def conf_path(env: dict[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    return Path(env.get("AGENTCANVAS_CONF") or DEFAULT_CONF)
 
 
 def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
     """The merged settings: the YAML file, then ``AGENTCANVAS_*`` variables."""
     env = os.environ if env is None else env
-    path = conf_path()
+    path = conf_path(env)
     data: dict[str, Any] = {}
     if path.exists():
         with open(path, encoding="utf-8") as fh:
@@ -41,11 +51,20 @@ def load_settings(env: dict[str, str] | None = None) -> dict[str, Any]:
         section, _, key = rest.partition("_")
         if not key or not isinstance(data.get(section, {}), dict):
             continue
-        try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)) and key not in ("allow_hosts", "providers"):
-            value = raw
-        data.setdefault(section, {})[key] = value
+        data.setdefault(section, {})
+        data.setdefault(section, {})[key] = _env_value(section, key, raw, data[section].get(key))
     return data
+
+
+def _env_value(section: str, key: str, raw: str, current: Any) -> Any:
+    """An environment value read as YAML (numbers, booleans, lists) unless the key
+    holds text: one of :data:`TEXT_KEYS`, or a key the file sets to text."""
+    if (section, key) in TEXT_KEYS or isinstance(current, str) or raw == "":
+        return raw
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, (dict, list)) and not isinstance(current, (dict, list)):
+        return raw
+    return value
