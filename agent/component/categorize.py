@@ -99,6 +99,18 @@ class Categorize(LLM):
             ids += [t for t in cat["to"] if t not in ids]
         return ids
 
+    def default_category(self) -> str:
+        """``default_category`` if set, else the last category (RAGFlow's choice)."""
+        cats = list(self._param.category_description)
+        default = self._param.default_category
+        if default:
+            return {n.strip().lower(): n for n in cats}[default.strip().lower()]
+        return cats[-1]
+
+    def fallback_next(self) -> list[str]:
+        """A failed classification replaced by its default value takes the default category."""
+        return list(self._param.category_description[self.default_category()]["to"])
+
     def _streams_to_message(self) -> bool:
         return False  # the answer is a category name, read whole
 
@@ -149,7 +161,4 @@ class Categorize(LLM):
             hits = [m.start() for m in re.finditer(rf"(?<!\w){re.escape(clean)}(?!\w)", lowered)]
             if hits and (len(hits) > best_count or (len(hits) == best_count and hits[0] < best_pos)):
                 best, best_count, best_pos = name, len(hits), hits[0]
-        if best is not None:
-            return best
-        default = self._param.default_category
-        return by_clean[default.strip().lower()] if default else cats[-1]
+        return best if best is not None else self.default_category()

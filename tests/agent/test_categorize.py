@@ -166,6 +166,15 @@ def test_a_provider_failure_fails_the_turn(llm):
     assert data["status"] == "failed" and "Categorize:Route" in data["error"] and "down" in data["error"]
 
 
+def test_a_failure_replaced_by_its_default_value_takes_the_default_category_only(llm):
+    llm.queue(error(500, "down"))
+    events = run(
+        router(llm, exception_method="comment", exception_default_value="", default_category="Tech"), "x"
+    )
+    assert final(events)["status"] == "succeeded"
+    assert [c for c in ran(events) if c.startswith("Message:")] == ["Message:Tech"]
+
+
 @pytest.mark.parametrize(
     ("params", "fragment"),
     [
