@@ -134,7 +134,7 @@ class ServerProcess:
             self._terminated = False
             if self._wait_ready():
                 return self
-            self.stop()
+            self.kill()  # still trying to bind; it serves nothing
         pytest.fail(f"the server did not start; its log:\n{self.log()[-4000:]}")
 
     def _wait_ready(self) -> bool:
@@ -151,15 +151,18 @@ class ServerProcess:
                 try:
                     requests.get(f"{self.url}/api/v1/agents", timeout=5)
                     return True
-                except requests.ConnectionError:
-                    pass
+                except requests.RequestException:
+                    pass  # listening, but the app is not loaded yet
             time.sleep(0.05)
         pytest.fail(f"the server did not answer within {START_SECONDS} s; its log:\n{self.log()[-4000:]}")
 
     def kill(self) -> None:
         """SIGKILL the whole server (master and workers) at once, as a crash would."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.proc.wait(30)
 
     def terminate(self) -> None:
@@ -177,15 +180,9 @@ class ServerProcess:
             return
         self.terminate()
         try:
-            self.proc.wait(20)
+            self.proc.wait(20)  # gunicorn's master exits after its workers
         except subprocess.TimeoutExpired:
-            pass
-        try:
-            # Workers that outlive their master, or a master stuck in its shutdown.
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(30)
+            self.kill()
 
 
 class Deployment:
