@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.component import ComponentBase, component_class, component_names
+from agent.component.base import checked_param
 from agent.errors import (
     Cancelled,
     CanvasError,
@@ -214,12 +215,7 @@ class Canvas:
         for key in ("downstream", "upstream"):
             if not isinstance(entry.get(key, []), list):
                 raise DSLError(f"{cid}: {key!r} must be a list of component ids")
-        param = cls.param_class().update(params)
-        try:
-            param.check_common()
-            param.check()
-        except ValueError as e:
-            raise DSLError(f"{cid}: {e}") from None
+        param = checked_param(cls, params, cid)
         return cls(self, cid, param, entry)
 
     def _check_wiring(self) -> None:

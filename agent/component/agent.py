@@ -29,7 +29,7 @@ import re
 from typing import Any
 
 from agent.component import component_class, register
-from agent.component.base import ComponentBase
+from agent.component.base import ComponentBase, checked_param
 from agent.component.llm import LLM, LLMParam
 from agent.errors import Cancelled, DSLError, FormPause
 from agent.llm.client import ToolCall, tool_arguments
@@ -84,12 +84,7 @@ class Agent(LLM):
         if cls.is_form or kind.lower() in ("begin", "message"):
             raise DSLError(f"{label}: a {kind} cannot be a tool; use a component that computes a result")
         params = spec.get("params") or {}
-        param = cls.param_class().update(params)
-        try:
-            param.check_common()
-            param.check()
-        except ValueError as e:
-            raise DSLError(f"{label}: {e}") from None
+        param = checked_param(cls, params, label)
         name = re.sub(r"[^A-Za-z0-9_-]", "_", str(spec.get("name") or kind))[:60] or f"tool_{i}"
         if name in self._tools:
             name = f"{name}_{i}"

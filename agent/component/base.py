@@ -12,7 +12,7 @@ import copy
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from agent.errors import Cancelled, ComponentError, FormPause
+from agent.errors import Cancelled, ComponentError, DSLError, FormPause
 from agent.refs import Ref, find_refs, parse_ref
 
 if TYPE_CHECKING:
@@ -83,6 +83,21 @@ class ComponentParamBase:
         value = getattr(self, name)
         if not isinstance(value, list) or (not allow_empty and not value):
             raise ValueError(f"{name} must be a {'non-empty ' if not allow_empty else ''}list, got {value!r}")
+
+
+def checked_param(cls: type[ComponentBase], params: dict, label: str) -> ComponentParamBase:
+    """``cls``'s param object built from DSL ``params`` and validated.
+
+    Raises:
+        DSLError: naming ``label`` (the component id) and what to fix.
+    """
+    param = cls.param_class().update(params)
+    try:
+        param.check_common()
+        param.check()
+    except ValueError as e:
+        raise DSLError(f"{label}: {e}") from None
+    return param
 
 
 class ComponentBase:
