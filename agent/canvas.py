@@ -597,7 +597,7 @@ class Canvas:
             except (Cancelled, LimitError, FormPause):
                 raise
             except Exception as e:  # noqa: BLE001 - handed to the component's policy
-                if not parts and attempt + 1 < attempts:
+                if not parts and attempt + 1 < attempts and getattr(e, "retryable", True):
                     self.sleep(float(cpn._param.delay_after_error or 0))
                     continue
                 cpn.handle_failure(e)

@@ -33,7 +33,16 @@ class UsageError(CanvasError):
 
 
 class ComponentError(CanvasError):
-    """A component failed while running; ends the run with ``workflow_finished`` failed."""
+    """A component failed while running; ends the run with ``workflow_finished`` failed.
+
+    Attributes:
+        retryable: whether trying again could help; ``max_retries`` skips a failure
+            that cannot (a refused address, a bad operation).
+    """
+
+    def __init__(self, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class LimitError(CanvasError):

@@ -186,7 +186,7 @@ class ComponentBase:
             except (FormPause, Cancelled):
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is handled below
-                if attempt + 1 < attempts:
+                if attempt + 1 < attempts and getattr(e, "retryable", True):
                     self._canvas.sleep(float(self._param.delay_after_error or 0))
                     continue
                 return self.handle_failure(e)
@@ -241,9 +241,10 @@ class ComponentBase:
     def render_value(self, template: Any) -> Any:
         return self._canvas.render_value(template)
 
-    def fail(self, message: str) -> ComponentError:
-        """An error naming this component, to ``raise``."""
-        return ComponentError(f"{self.id}: {message}")
+    def fail(self, message: str, retryable: bool = True) -> ComponentError:
+        """An error naming this component, to ``raise``; ``retryable=False`` for a
+        failure that trying again cannot fix (``max_retries`` then does not wait)."""
+        return ComponentError(f"{self.id}: {message}", retryable=retryable)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"

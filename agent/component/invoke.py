@@ -381,7 +381,7 @@ class Invoke(ComponentBase):
         try:
             allow = AllowList(settings.get("allow_hosts") or [])
         except ValueError as e:
-            raise self.fail(str(e)) from None
+            raise self.fail(str(e), retryable=False) from None
         timeout = min(float(self._param.timeout), float(settings["timeout_seconds"]))
         cap = int(settings["max_response_bytes"])
 
@@ -389,7 +389,7 @@ class Invoke(ComponentBase):
         try:
             scheme, host, port, target = split_url(url)
         except ValueError as e:
-            raise self.fail(str(e)) from None
+            raise self.fail(str(e), retryable=False) from None
         method = self._param.method.upper()
         args = self._arguments()
         self.inputs_seen = {"url": url, "method": method, "variables": args}
@@ -406,7 +406,9 @@ class Invoke(ComponentBase):
 
         try:
             addresses = permitted_addresses(host, port, allow)
-        except (PermissionError, OSError) as e:
+        except PermissionError as e:
+            raise self.fail(str(e), retryable=False) from None
+        except OSError as e:  # the name did not resolve: perhaps a passing DNS failure
             raise self.fail(str(e)) from None
         log.info("%s: %s %s://%s:%s", self.id, method, scheme, host, port)
         connection_class = _PinnedHTTPSConnection if scheme == "https" else _PinnedHTTPConnection
@@ -421,7 +423,8 @@ class Invoke(ComponentBase):
                 where = f"to {location!r}" if location else "without a Location"
                 raise self.fail(
                     f"{host!r} answered {status} {response.reason}, a redirect {where}; "
-                    f"redirects are not followed — call the final URL instead"
+                    f"redirects are not followed — call the final URL instead",
+                    retryable=False,
                 )
             raw = self._read(response, cap, deadline, timeout)
         except TimeoutError:
@@ -449,7 +452,7 @@ class Invoke(ComponentBase):
         too_big = f"the answer is larger than max_response_bytes ({cap} bytes); it was not read further"
         length = response.getheader("Content-Length")
         if length and length.strip().isdigit() and int(length) > cap:
-            raise self.fail(f"{too_big} (Content-Length {int(length)})")
+            raise self.fail(f"{too_big} (Content-Length {int(length)})", retryable=False)
         parts, size = [], 0
         while True:
             if time.monotonic() > deadline:
@@ -459,5 +462,5 @@ class Invoke(ComponentBase):
                 return b"".join(parts)
             size += len(chunk)
             if size > cap:
-                raise self.fail(too_big)
+                raise self.fail(too_big, retryable=False)
             parts.append(chunk)

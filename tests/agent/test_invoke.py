@@ -239,6 +239,26 @@ def test_redirects_are_not_followed(server):
     assert [r["path"] for r in server.requests] == ["/redirect"]
 
 
+def test_failures_that_cannot_change_are_not_retried_but_a_refused_connection_is(server):
+    for params, settings, expected_sleeps in (
+        ({"url": base(server) + "/redirect"}, LOCAL, 0),
+        ({"url": base(server) + "/big"}, LOCAL, 0),
+        ({"url": f"http://10.0.0.1:{server.server_address[1]}/json"}, {"allow_hosts": []}, 0),
+        ({"url": f"http://127.0.0.1:{_closed_port()}/json"}, LOCAL, 2),
+    ):
+        canvas = invoke_canvas({**params, "max_retries": 2, "delay_after_error": 5}, settings=settings)
+        slept = []
+        canvas.sleep = slept.append
+        assert final(run(canvas, "go"))["status"] == "failed"
+        assert len(slept) == expected_sleeps, params
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.parametrize("path", ["/big", "/big-unsized"])
 def test_answers_over_the_size_cap_fail_clearly(server, path):
     events = run(invoke_canvas({"url": base(server) + path}), "go")
