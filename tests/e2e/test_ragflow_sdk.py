@@ -83,3 +83,26 @@ def test_a_failed_turn_shows_its_error_to_the_sdk_user(rag):
     assert len(streamed) == 1 and "192.168.0.1" in streamed[0] and "allow_hosts" in streamed[0]
     blocking = [m.content for m in session.ask("go", stream=False)]
     assert len(blocking) == 1 and "192.168.0.1" in blocking[0] and "allow_hosts" in blocking[0]
+
+
+def test_agent_update_delete_and_refusals_through_the_sdk(rag):
+    agent = _agent(rag, "Greeting via SDK", sample("greeting"))
+    with pytest.raises(Exception, match="already"):
+        rag.create_agent("Greeting via SDK", sample("greeting"))
+    broken = sample("greeting")
+    broken["components"]["Message:Greet"]["downstream"] = ["Message:Gone"]
+    with pytest.raises(Exception, match="Message:Gone"):
+        rag.create_agent("Broken via SDK", broken)
+    assert rag.list_agents(title="Broken via SDK") == []
+
+    rag.update_agent(agent.id, title="Hello via SDK", dsl=sample("counter"))
+    assert rag.list_agents(title="Greeting via SDK") == []
+    (renamed,) = rag.list_agents(title="Hello via SDK")
+    assert renamed.id == agent.id
+    answer = [m.content for m in renamed.create_session().ask("hi", stream=False)]
+    assert answer == ["This is message number 1 in this session. You said: hi"]
+
+    rag.delete_agent(agent.id)
+    assert rag.list_agents(id=agent.id) == []
+    with pytest.raises(Exception, match=agent.id):
+        rag.delete_agent(agent.id)
