@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flask import Response, current_app, g, jsonify, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.errors import SUCCESS, ArgumentError
 
@@ -24,9 +25,26 @@ def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
     return jsonify({"code": SUCCESS, "message": message, "data": data, **extra})
 
 
+def _body_bytes() -> bytes:
+    """The request body; one sent chunked over ``MAX_CONTENT_LENGTH`` is refused, not cut short."""
+    raw = request.get_data(cache=True)
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    # A chunked body has no Content-Length to refuse it by up front, and Werkzeug stops
+    # reading it at the limit without saying so: a body that fills the limit and still
+    # has bytes to come is too large (413), not malformed JSON.
+    if (
+        limit is not None
+        and request.content_length is None
+        and len(raw) >= limit
+        and request.environ["wsgi.input"].read(1)
+    ):
+        raise RequestEntityTooLarge()
+    return raw
+
+
 def json_body(required: bool = True) -> dict:
     """The request's JSON object; an absent body is ``{}`` unless ``required``."""
-    raw = request.get_data(cache=True)
+    raw = _body_bytes()
     if not raw.strip():
         if required:
             raise ArgumentError("the request needs a JSON object body (Content-Type: application/json)")
