@@ -315,7 +315,9 @@ class Client:
 def read_sse(resp: requests.Response) -> list:
     """All frames of a streamed reply: events, then ``"[DONE]"``."""
     assert resp.status_code == 200, resp.text
-    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    # What RAGFlow sends, so that proxies pass each frame on at once.
+    assert resp.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+    assert resp.headers["Cache-Control"] == "no-cache" and resp.headers["X-Accel-Buffering"] == "no"
     return parse_sse(resp.content.decode("utf-8"))
 
 
