@@ -50,11 +50,11 @@ def test_killed_mid_turn_keeps_the_last_snapshot_until_the_lease_expires(deploym
         if resp.status_code == 409:
             assert resp.json()["code"] == 106, resp.text
             return None
-        return resp
+        assert resp.status_code == 200, resp.text
+        return resp.json()
 
     done = until(next_turn, "the dead turn's lease to expire", seconds=60, step=0.2)
-    assert done.status_code == 200, done.text
-    assert done.json()["data"]["data"]["content"] == "working on after the crash\n\ndone 3"
+    assert done["data"]["data"]["content"] == "working on after the crash\n\ndone 3"
 
     after = restarted.session(agent_id, session_id, dsl=True)
     assert after["status"] == "idle"
