@@ -24,6 +24,7 @@ from api.db.models import (
     Agent,
     AgentVersion,
     ApiToken,
+    MemoryEntry,
     MessageLog,
     SchemaVersion,
     Session,
@@ -49,10 +50,15 @@ def _add_agent_embed_origins(database: Database) -> None:
     run_schema_changes(migrator.add_column(Agent._meta.table_name, "embed_origins", TextField(null=True)))
 
 
+def _create_memory_entry(database: Database) -> None:
+    MemoryEntry.create_table(safe=True)
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
     (2, "agent.embed_origins: parent origins allowed to frame the embed page", _add_agent_embed_origins),
+    (3, "memory_entry: keyed LLM memory that outlives a session", _create_memory_entry),
 ]
 
 

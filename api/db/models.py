@@ -164,4 +164,28 @@ class MessageLog(BaseModel):
         indexes = ((("session_id", "id"), False),)
 
 
-ALL_MODELS = (SchemaVersion, Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog)
+class MemoryEntry(BaseModel):
+    """One message of keyed LLM memory (DESIGN §8): what a node remembers under a key.
+
+    Memory kept under a key such as the user id outlives a session; it belongs to one
+    (tenant, agent, key, node) and is read newest first, so the index ends in ``id``.
+    Each such group keeps only its newest :data:`agent.memory.MAX_WINDOW` entries
+    (:mod:`api.services.memory`). ``memory_key`` and ``node_id`` are capped at 255
+    characters so that the index fits MySQL's 3072-byte key limit in utf8mb4.
+    """
+
+    id = BigAutoField()
+    tenant_id = CharField(max_length=32)
+    agent_id = CharField(max_length=32)
+    memory_key = CharField(max_length=255)
+    node_id = CharField(max_length=255)
+    role = CharField(max_length=16)
+    content = LongTextField(default="")
+    tokens = IntegerField(default=0)
+    create_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "agent_id", "memory_key", "node_id", "id"), False),)
+
+
+ALL_MODELS = (SchemaVersion, Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog, MemoryEntry)

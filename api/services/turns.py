@@ -15,10 +15,11 @@ A turn, in order:
    flag, which ``canvas.cancel_check`` reads.
 5. **Commit** in one transaction: the new snapshot with ``version + 1`` only where
    the version and the lease owner still match, the turn's messages appended to the
-   log, the lease released. Only then are the held events released to the client.
+   log, its keyed memory (``canvas.memory_writes``, see :mod:`api.services.memory`)
+   appended, the lease released. Only then are the held events released to the client.
 
 A failed or cancelled turn leaves the snapshot as it was (the runtime restores it),
-records its error on the session and appends nothing to the message log. A worker
+records its error on the session and appends nothing to the message log or memory. A worker
 that dies mid-turn leaves its lease to expire (``LEASE_SECONDS``); the next turn then
 proceeds from the last committed snapshot.
 """
@@ -49,6 +50,7 @@ from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound
 from api.services import variables as variables_service
 from api.services.agents import get_agent
+from api.services.memory import DatabaseMemoryStore
 
 log = logging.getLogger("agentcanvas.turns")
 
@@ -371,7 +373,8 @@ class TurnService:
         session_id = row.id
         if _lease_live(row):
             raise _busy(session_id)
-        canvas = Canvas(row.snapshot, limits=self.limits, services={**self.services, **(req.services or {})})
+        services = {**self.services, **(req.services or {}), "memory_store": _memory_store(req)}
+        canvas = Canvas(row.snapshot, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # A resumed form continues the turn that paused: same task id in its events.
         task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else uuid.uuid4().hex
@@ -532,6 +535,9 @@ class TurnService:
                 _APPEND_EXCHANGE.execute(
                     **{f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
                 )
+            if snapshot is not None and canvas.memory_writes:
+                # Keyed memory is part of the turn: committed with it or not at all.
+                _memory_store(req).commit(canvas.memory_writes)
         return result
 
     # ------------------------------------------------------------------ other writes
@@ -598,6 +604,11 @@ class TurnService:
             .execute()
         )
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
+
+
+def _memory_store(req: TurnRequest) -> DatabaseMemoryStore:
+    """Keyed memory of the turn's (tenant, agent): never another agent's or tenant's."""
+    return DatabaseMemoryStore(req.tenant_id, req.agent_id)
 
 
 def _delete_session(session_id: str) -> None:
