@@ -14,7 +14,7 @@ from typing import Any
 from peewee import IntegrityError
 
 from agent.canvas import Canvas, Limits
-from api.db import Agent, AgentVersion, MessageLog, Session, now_ms, write_transaction
+from api.db import Agent, AgentVersion, MemoryEntry, MessageLog, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
 
 ORDER_FIELDS = ("create_time", "update_time", "title")
@@ -151,9 +151,10 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
 
 
 def delete_agent(tenant_id: str, agent_id: str) -> None:
-    """Delete the agent with its versions, sessions and their message logs."""
+    """Delete the agent with its versions, sessions, their message logs and its keyed memory."""
     with write_transaction():
         get_agent(tenant_id, agent_id)
+        MemoryEntry.delete().where(MemoryEntry.agent_id == agent_id).execute()
         session_ids = Session.select(Session.id).where(Session.agent_id == agent_id)
         MessageLog.delete().where(MessageLog.session_id.in_(session_ids)).execute()
         Session.delete().where(Session.agent_id == agent_id).execute()
