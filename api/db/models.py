@@ -170,13 +170,17 @@ class MemoryEntry(BaseModel):
     Memory kept under a key such as the user id outlives a session; it belongs to one
     (tenant, agent, key, node) and is read newest first, so the index ends in ``id``.
     Each such group keeps only its newest :data:`agent.memory.MAX_WINDOW` entries
-    (:mod:`api.services.memory`). ``memory_key`` and ``node_id`` are capped at 255
-    characters so that the index fits MySQL's 3072-byte key limit in utf8mb4.
+    (:mod:`api.services.memory`). Rows are found by ``key_hash`` (sha256 of the key),
+    not by ``memory_key``: a MySQL database made with a case-insensitive or
+    space-padding collation would otherwise give user ``Ada`` the memory of ``ada``.
+    ``node_id`` is capped at 255 characters so that the index fits MySQL's 3072-byte
+    key limit in utf8mb4.
     """
 
     id = BigAutoField()
     tenant_id = CharField(max_length=32)
     agent_id = CharField(max_length=32)
+    key_hash = CharField(max_length=64)
     memory_key = CharField(max_length=255)
     node_id = CharField(max_length=255)
     role = CharField(max_length=16)
@@ -185,7 +189,7 @@ class MemoryEntry(BaseModel):
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:
-        indexes = ((("tenant_id", "agent_id", "memory_key", "node_id", "id"), False),)
+        indexes = ((("tenant_id", "agent_id", "key_hash", "node_id", "id"), False),)
 
 
 ALL_MODELS = (SchemaVersion, Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog, MemoryEntry)

@@ -17,7 +17,10 @@ accepts.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
+
+from peewee import Expression
 
 from agent.memory import MAX_WINDOW, entry_tokens
 from api.db import MemoryEntry, db, now_ms, write_transaction
@@ -26,8 +29,6 @@ from api.services.agents import get_agent
 
 #: The longest memory key and node id stored (the columns' size; see MemoryEntry).
 MAX_ID_CHARS = 255
-
-
 _SHORTER = {
     "memory key": "make memory_key render a shorter id, such as {sys.user_id}",
     "node id": "give the component a shorter id",
@@ -50,6 +51,11 @@ def id_problem(what: str, value: object) -> str | None:
     return None
 
 
+def key_hash(key: str) -> str:
+    """What rows are found by: exact whatever the database's collation (see MemoryEntry)."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
 def _checked(node_id: str, key: str) -> None:
     for what, value in (("memory key", key), ("node id", node_id)):
         problem = id_problem(what, value)
@@ -69,11 +75,11 @@ class DatabaseMemoryStore:
         self.tenant_id = tenant_id
         self.agent_id = agent_id
 
-    def _scope(self, key: str):  # noqa: ANN202 - a peewee expression
+    def _scope(self, key: str) -> Expression:
         return (
             (MemoryEntry.tenant_id == self.tenant_id)
             & (MemoryEntry.agent_id == self.agent_id)
-            & (MemoryEntry.memory_key == key)
+            & (MemoryEntry.key_hash == key_hash(key))
         )
 
     def load(self, node_id: str, key: str, limit: int = MAX_WINDOW) -> list[dict]:
@@ -124,6 +130,7 @@ class DatabaseMemoryStore:
             {
                 "tenant_id": self.tenant_id,
                 "agent_id": self.agent_id,
+                "key_hash": key_hash(key),
                 "memory_key": key,
                 "node_id": node_id,
                 "role": entry["role"],

@@ -7,13 +7,15 @@ was sent: the tests assert exactly which history reached the model.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
+from peewee import MySQLDatabase
 
-from api.db import MemoryEntry
+from api.db import MemoryEntry, db, init_database
 from api.services.memory import DatabaseMemoryStore
-from tests.api.conftest import Api, dsl_of
+from tests.api.conftest import MYSQL, Api, dsl_of
 from tests.api.test_cli import cli  # noqa: F401 - the `agentcanvas` fixture, shared with the CLI tests
 from tests.llm_server import LLMServer, error, text
 
@@ -304,6 +306,32 @@ def test_deleting_an_agent_deletes_its_memory(api: Api, llm: LLMServer):
 
 def _tenant_of(api: Api) -> str:
     return api.get("/system/tokens").json["data"][0]["tenant_id"]
+
+
+def test_keys_differing_in_case_stay_apart_in_a_case_insensitive_mysql_database():
+    """An operator may create the database with MySQL's usual case-insensitive collation."""
+    name = f"agentcanvas_ci_{uuid.uuid4().hex[:12]}"
+    admin = MySQLDatabase("information_schema", **MYSQL)
+    with admin.connection_context():
+        admin.execute_sql(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    try:
+        init_database(f"mysql://root@127.0.0.1:3306/{name}", max_connections=2)
+        store = DatabaseMemoryStore("tenant", "agent")
+        with db.connection_context():
+            store.commit(
+                {
+                    ("LLM:A", "Ada"): [{"role": "user", "content": "I am Ada"}],
+                    ("LLM:A", "ada"): [{"role": "user", "content": "I am ada"}],
+                }
+            )
+            assert [e["content"] for e in store.load("LLM:A", "Ada")] == ["I am Ada"]
+            assert [e["content"] for e in store.entries("ada")["LLM:A"]] == ["I am ada"]
+            assert store.delete("ADA") == 0 and store.delete("Ada") == 1
+            assert [e["content"] for e in store.load("LLM:A", "ada")] == ["I am ada"]
+    finally:
+        db.obj.close_all()
+        with admin.connection_context():
+            admin.execute_sql(f"DROP DATABASE IF EXISTS `{name}`")
 
 
 # -- a RAGFlow template: Begin, Categorize, desks, VariableAggregator, Message -------------
