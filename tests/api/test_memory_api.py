@@ -34,11 +34,12 @@ def app(app_factory, llm):
     return app_factory(SETTINGS={"llm": llm.settings(max_retries=0)})
 
 
-def keyed_dsl(memory_key: str = "{sys.user_id}", **params) -> dict:
-    llm_params = {"sys_prompt": "Be brief.", "memory_key": memory_key, "message_history_window_size": 10}
+def keyed_dsl() -> dict:
+    """An LLM that remembers each user (``memory_key: "{sys.user_id}"``), then a Message."""
+    llm_params = {"sys_prompt": "Be brief.", "memory_key": "{sys.user_id}", "message_history_window_size": 10}
     return dsl_of(
         {
-            "LLM:Chat": ("LLM", {**llm_params, **params}, ["Message:Out"]),
+            "LLM:Chat": ("LLM", llm_params, ["Message:Out"]),
             "Message:Out": ("Message", {"content": ["{LLM:Chat@content}"]}, []),
         }
     )
