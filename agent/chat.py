@@ -18,6 +18,7 @@ from typing import TextIO
 from agent.canvas import Canvas
 from agent.errors import CanvasError, InputError
 from agent.forms import convert, is_optional
+from agent.memory import InMemoryStore
 
 Ask = Callable[[str], "str | None"]
 
@@ -85,11 +86,14 @@ def run_turn(canvas: Canvas, query: str, inputs: dict | None, out: TextIO) -> di
 
 
 def _load(path: str, state: str | None) -> Canvas:
+    # Keyed memory (a node's memory_key) lives in this process only: the terminal chat
+    # has no database, so a returning user is remembered within one run.
+    services = {"memory_store": InMemoryStore()}
     if state and os.path.exists(state) and os.path.getsize(state) > 0:
         with open(state, encoding="utf-8") as fh:
-            return Canvas(fh.read())
+            return Canvas(fh.read(), services=services)
     with open(path, encoding="utf-8") as fh:
-        return Canvas(fh.read())
+        return Canvas(fh.read(), services=services)
 
 
 def _save(canvas: Canvas, state: str | None) -> None:

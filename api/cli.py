@@ -103,9 +103,16 @@ def read_agent_file(path: str | Path) -> tuple[str, dict, str]:
     if not isinstance(data, dict):
         raise ValueError(f"{str(path)!r} must hold a JSON object (a DSL or a RAGFlow export)")
     if "components" not in data and isinstance(data.get("dsl"), dict):
-        title = data.get("title") or path.stem
-        return str(title), data["dsl"], str(data.get("description") or "")
+        title = _localized(data.get("title")) or path.stem
+        return title, data["dsl"], _localized(data.get("description"))
     return path.stem, data, ""
+
+
+def _localized(text: Any) -> str:
+    """RAGFlow's templates give ``title``/``description`` per language: take English."""
+    if isinstance(text, dict):
+        text = text.get("en") or next(iter(text.values()), "")
+    return "" if text is None else str(text)
 
 
 def import_agent(tenant_id: str, path: str | Path, title: str | None, limits: Any) -> Agent:

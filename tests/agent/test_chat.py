@@ -68,3 +68,13 @@ def test_a_broken_dsl_file_is_reported_not_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "error: the DSL has no 'begin' component" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_keyed_memory_nodes_run_in_the_terminal(tmp_path):
+    """The terminal chat has no database; keyed memory lives for the process."""
+    from agent.chat import _load
+
+    dsl = tmp_path / "memo.json"
+    dsl.write_text(json.dumps(form_dsl()))
+    canvas = _load(str(dsl), None)
+    assert canvas.services["memory_store"].load("LLM:X", "u1") == []

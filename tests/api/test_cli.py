@@ -62,6 +62,14 @@ def test_agent_import_export_and_bare_dsl(cli, app_factory, tmp_path):
     api = Api(app_factory(), token)
     assert sorted(a["title"] for a in api.get("/agents").json["data"]) == ["Greeting", "my_echo"]
 
+    # RAGFlow's templates title themselves per language: the English one is taken.
+    cli("agent", "import", str(ROOT / "tests" / "agent" / "data" / "ragflow_intake.json"), "--tenant", "acme")
+    titles = sorted(a["title"] for a in api.get("/agents").json["data"])
+    assert titles == ["Age check (hand-written in RAGFlow's export shape)", "Greeting", "my_echo"]
+    api.delete(
+        f"/agents/{[a for a in api.get('/agents').json['data'] if a['title'].startswith('Age')][0]['id']}"
+    )
+
     again = cli("agent", "import", str(bare), "--tenant", "acme", ok=False)
     assert again.returncode == 2 and "'my_echo' already exists" in again.stderr
     broken = tmp_path / "broken.json"
