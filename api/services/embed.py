@@ -17,6 +17,7 @@ an embed link copied elsewhere cannot be framed by another site (clickjacking).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from typing import Any
@@ -39,6 +40,7 @@ END_USER_PATTERN = re.compile(r"[A-Za-z0-9_-]{32,128}")
 # someone's placeholder, and a guessable end-user id exposes that user's sessions.
 _MIN_DISTINCT_CHARS = 8
 MAX_ORIGINS = 50
+_HOST_PATTERN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 ANY_ORIGIN = "*"
 #: Put in the snippet where the embed token goes when none was given.
 TOKEN_PLACEHOLDER = "EMBED_TOKEN"
@@ -84,7 +86,10 @@ def normalize_origin(value: Any) -> str:
     text = value.strip()
     if text == ANY_ORIGIN:
         return text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError as exc:
+        raise ArgumentError(f"allowed origin {value!r} is not a URL ({exc})") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ArgumentError(
             f"allowed origin {value!r} must be http(s)://host[:port], e.g. 'https://example.com'"
@@ -101,7 +106,18 @@ def normalize_origin(value: Any) -> str:
     scheme = parts.scheme.lower()
     host = parts.hostname.lower()
     if ":" in host:
-        host = f"[{host}]"  # IPv6
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ArgumentError(f"allowed origin {value!r} has a bad IPv6 address") from None
+        host = f"[{host}]"
+    elif not _HOST_PATTERN.fullmatch(host):
+        # The origin goes into a response header (frame-ancestors): only plain host
+        # names, so nothing can add a directive or a header of its own.
+        raise ArgumentError(
+            f"allowed origin {value!r} has a bad host name: use letters, digits, '-' and '.' "
+            f"(an international name in its xn-- form)"
+        )
     default = {"http": 80, "https": 443}[scheme]
     return f"{scheme}://{host}" if port in (None, default) else f"{scheme}://{host}:{port}"
 
