@@ -17,9 +17,11 @@ an embed link copied elsewhere cannot be framed by another site (clickjacking).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -31,7 +33,7 @@ from api.db import Agent, Session, write_transaction
 from api.errors import ArgumentError
 from api.services.agents import get_agent
 from api.services.sessions import messages_of
-from api.services.turns import effective_status, turn_service
+from api.services.turns import Turn, TurnResult, effective_status, turn_service
 
 #: The end-user id the page makes: 16 random bytes as 32 hex digits; UUIDs and
 #: base64url ids of 128 bits or more fit as well.
@@ -266,3 +268,46 @@ def cancel_end_user_turn(tenant_id: str, agent_id: str, session_id: str, end_use
     if not row.task_id:
         return {"session_id": row.id, "task_id": None, "cancelled": False}
     return service.request_cancel(tenant_id, row.task_id)
+
+
+# ---------------------------------------------------------------------- failures
+#: What an anonymous end user reads when a turn fails. The whole error names internal
+#: things (provider URLs, hosts, component ids); it stays on the session
+#: (``last_error``) for the agent's owner to read over the management API.
+_PUBLIC_FAILURES = {
+    "LLMTimeout": "The assistant took too long to answer. Please try again.",
+    "LLMError": "The assistant's language service is not available right now. Please try again later.",
+}
+_PUBLIC_FAILURE = "The assistant could not finish this answer. Please try again; if it keeps failing, tell the site's owner."
+
+
+def public_failure(event: dict) -> dict:
+    """A failed turn's ending event without internal detail; other events as they are."""
+    data = event.get("data") or {}
+    if event.get("event") != "workflow_finished" or data.get("status") != "failed":
+        return event
+    text = _PUBLIC_FAILURES.get(str(data.get("error_type")), _PUBLIC_FAILURE)
+    return {**event, "data": {**data, "error": text, "content": text}}
+
+
+class EndUserTurn:
+    """A running turn as an anonymous end user sees it (failures without internal detail).
+
+    Offers what :func:`api.blueprints.completions.sse_reply` and ``blocking_reply`` read.
+    """
+
+    def __init__(self, turn: Turn):
+        self._turn = turn
+        self.session_id = turn.session_id
+        self.task_id = turn.task_id
+
+    def events(self) -> Iterator[dict]:
+        for event in self._turn.events():
+            yield public_failure(event)
+
+    def wait(self) -> TurnResult:
+        result = self._turn.wait()
+        if result.status != "failed":
+            return result
+        final = public_failure(result.final_event)
+        return dataclasses.replace(result, final_event=final, error=final["data"]["error"])

@@ -416,6 +416,11 @@
     return { key: key, label: def.name || key, control: control, error: error, read: read, display: display };
   }
 
+  // "Your age: 41", "Anything else? none" (no colon after a question mark).
+  function answerLine(label, value) {
+    return label + (/[?:]$/.test(label) ? " " : ": ") + value;
+  }
+
   function setFieldError(field, text) {
     field.error.textContent = text || "";
     field.error.hidden = !text;
@@ -488,7 +493,7 @@
         if (answer.error) errors[field.key] = answer.error;
         else if (!answer.skip) {
           inputs[field.key] = answer.value;
-          lines.push(field.label + ": " + field.display(answer.value));
+          lines.push(answerLine(field.label, field.display(answer.value)));
         }
       });
       if (Object.keys(errors).length) {
@@ -617,9 +622,9 @@
     }
     if (event.event === "workflow_finished") {
       var status = data.status;
-      if (status === "cancelled") addNote(reply, "Stopped.", "muted");
+      if (status === "cancelled") addNote(reply, "Stopped. This answer is not kept in the conversation.", "muted");
       else if (status && status !== "succeeded") {
-        addNote(reply, "Sorry, the assistant failed: " + (data.content || data.error || "unknown error"), "error");
+        addNote(reply, data.content || data.error || "Sorry, the assistant could not answer. Please try again.", "error");
       }
       return true;
     }
@@ -692,7 +697,7 @@
         var def = (lastForm && lastForm[key]) || {};
         var value = inputs[key];
         var shown = value && typeof value === "object" ? value.name || JSON.stringify(value) : String(value);
-        return (def.name || key) + ": " + shown;
+        return answerLine(def.name || key, shown);
       })
       .join("\n");
   }

@@ -346,6 +346,26 @@ def test_script_in_messages_and_form_values_comes_back_as_data(api: Api, bot: Bo
     assert "script-src 'self'" in page.headers["Content-Security-Policy"]
 
 
+def test_failures_reach_end_users_without_internal_detail(api: Api, bot: Bot):
+    agent_id = api.create_agent(dsl_of({"TestFail:F": ("TestFail", {"error": "LLMError"}, [])}))
+    frames, session_id = bot.chat(agent_id, "x")
+    final = frames[-2]
+    assert final["event"] == "workflow_finished" and final["data"]["status"] == "failed"
+    assert "language service is not available" in final["data"]["content"]
+    assert "HTTP 503" not in json.dumps(frames) and "TestFail:F" not in json.dumps(frames)
+
+    blocking = bot.complete(agent_id, "y", session_id=session_id, stream=False)
+    assert blocking.status_code == 502 and blocking.json["code"] == 100
+    assert "language service is not available" in blocking.json["message"]
+    assert "HTTP 503" not in blocking.get_data(as_text=True)
+    # The agent's owner reads the whole error.
+    assert "HTTP 503" in api.session(agent_id, session_id)["last_error"]
+
+    timeout = api.create_agent(dsl_of({"TestFail:F": ("TestFail", {"error": "LLMTimeout"}, [])}))
+    resp = bot.complete(timeout, "z", stream=False)
+    assert resp.status_code == 504 and "took too long" in resp.json["data"]["data"]["content"]
+
+
 # ---------------------------------------------------------------------- the page
 def test_page_needs_an_embed_token_of_the_agents_tenant(api: Api, bot: Bot):
     agent_id = api.create_agent(echo_dsl(), title="Helper")
