@@ -16,6 +16,7 @@ See :mod:`api.services.embed` for end users and origins.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask import Blueprint, Response, g, render_template, request
@@ -147,10 +148,13 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
     end_user = embed.check_end_user(body.get("user_id"))
     req = turn_request(agent_id, body, invoke_from="embed")
     req.end_user = end_user
+    # An anonymous visitor's message and files are bounded like one form value, not
+    # only by the request body limit: they go into the session's history and log.
     limit = turn_service().limits.max_value_bytes
-    size = len(req.query.encode("utf-8"))
-    if size > limit:
-        raise TooLarge(f"the message is {size} bytes; the limit is {limit} (limits.max_value_bytes)")
+    for what, text in (("the message", req.query), ("'files'", json.dumps(req.files or []))):
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise TooLarge(f"{what} is {size} bytes; the limit is {limit} (limits.max_value_bytes)")
     stream = flag(body.get("stream"), "stream", default=True)
     turn = embed.EndUserTurn(turn_service().start(req))
     if stream:

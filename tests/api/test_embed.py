@@ -311,6 +311,8 @@ def test_oversized_inputs(app_factory):
 
     long_message = bot.complete(agent_id, "x" * 1001)
     assert long_message.status_code == 413 and "limits.max_value_bytes" in long_message.json["message"]
+    files = bot.complete(agent_id, "x", files=[{"name": "a.txt", "data": "z" * 1000}])
+    assert files.status_code == 413 and "'files'" in files.json["message"]
     body = bot.complete(agent_id, "x", padding="y" * 300_000)
     assert body.status_code == 413 and body.json["code"] == 101
     with app.app_context():
