@@ -92,7 +92,9 @@ def openai_reply(agent_id: str, body: dict) -> ResponseReturnValue:
 def _read_request(agent_id: str, body: dict) -> tuple[TurnRequest, bool, str, bool]:
     query = last_user_message(body.get("messages"))
     metadata = field(body, "metadata", dict, default={})
-    from_metadata = field(metadata, "id", str)
+    from_metadata = metadata.get("id")
+    if from_metadata is not None and not isinstance(from_metadata, str):
+        raise ArgumentError(f"'metadata.id' must be a session id (text), got {from_metadata!r}")
     session_id = field(body, "session_id", str)
     if from_metadata and session_id and from_metadata != session_id:
         raise ArgumentError(

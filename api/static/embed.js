@@ -286,6 +286,7 @@
 
     var control;
     var fileValue = null;
+    var fileRead = null; // a Promise while a chosen file is being read
     if (type === "paragraph" || type === "object") {
       control = document.createElement("textarea");
       control.rows = type === "object" ? 4 : 3;
@@ -320,13 +321,20 @@
       control.type = "file";
       control.addEventListener("change", function () {
         fileValue = null;
+        fileRead = null;
         var file = control.files && control.files[0];
         if (!file) return;
-        var reader = new FileReader();
-        reader.onload = function () {
-          fileValue = { name: file.name, mime_type: file.type, size: file.size, data: reader.result };
-        };
-        reader.readAsDataURL(file);
+        fileRead = new Promise(function (resolve) {
+          var reader = new FileReader();
+          reader.onload = function () {
+            fileValue = { name: file.name, mime_type: file.type, size: file.size, data: reader.result };
+            resolve();
+          };
+          reader.onerror = function () {
+            resolve(); // read() then says the file could not be read
+          };
+          reader.readAsDataURL(file);
+        });
       });
     } else {
       control = document.createElement("input");
@@ -374,7 +382,7 @@
       if (type === "file") {
         var file = control.files && control.files[0];
         if (!file) return required ? { error: "Please choose a file." } : { skip: true };
-        if (!fileValue) return { error: "The file is still being read; try again in a moment." };
+        if (!fileValue) return { error: "The file could not be read; choose it again." };
         if (file.size * 4 / 3 + 200 > maxBytes()) {
           return { error: "This file is too large: at most about " + Math.floor(maxBytes() * 0.74 / 1024) + " KiB." };
         }
@@ -413,7 +421,12 @@
       return String(value);
     }
 
-    return { key: key, label: def.name || key, control: control, error: error, read: read, display: display };
+    // Resolves once the field's answer can be read (a chosen file takes a moment).
+    function ready() {
+      return fileRead || Promise.resolve();
+    }
+
+    return { key: key, label: def.name || key, control: control, error: error, read: read, ready: ready, display: display };
   }
 
   // "Your age: 41", "Anything else? none" (no colon after a question mark).
@@ -485,6 +498,15 @@
     form.addEventListener("submit", function (event) {
       event.preventDefault();
       if (state.busy) return;
+      Promise.all(
+        built.map(function (field) {
+          return field.ready();
+        })
+      ).then(sendAnswers);
+    });
+
+    function sendAnswers() {
+      if (state.busy) return;
       var inputs = {};
       var lines = [];
       var errors = {};
@@ -510,7 +532,7 @@
           if (state.openForm === handle) state.openForm = null;
         }
       });
-    });
+    }
     return handle;
   }
 

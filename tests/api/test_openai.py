@@ -168,6 +168,10 @@ def test_paused_form_comes_back_as_tips_and_user_inputs(api: Api):
         ),
         ({"messages": [{"role": "user", "content": "x"}], "metadata": "s1"}, "'metadata' must be an object"),
         (
+            {"messages": [{"role": "user", "content": "x"}], "metadata": {"id": 7}},
+            "'metadata.id' must be a session id",
+        ),
+        (
             {"messages": [{"role": "user", "content": "x"}], "metadata": {"id": "a"}, "session_id": "b"},
             "name different sessions",
         ),
