@@ -749,6 +749,8 @@
         if (session.status === "running") {
           showStatus("An answer is still being written; it will appear here when it is done.");
           window.setTimeout(function () {
+            // Not while a turn of this page streams: that would redraw its answer away.
+            if (state.busy || state.sessionId !== session.id) return;
             restore(session.id).then(function () {}, function () {});
           }, 2000);
         } else {
