@@ -130,14 +130,18 @@ class Turn:
     _thread: threading.Thread | None = None
 
     def events(self) -> Iterator[dict]:
-        """Every event of the turn, in order; the ending ones only after the commit."""
+        """Every event of the turn, in order; the ending ones only after the commit.
+
+        The events can be read once; after the end, this yields nothing."""
         while True:
             item = self._queue.get()
             if item is _DONE:
+                self._queue.put(_DONE)  # leave the end for any later reader (wait())
                 return
             yield item
 
     def wait(self) -> TurnResult:
+        """The turn's result, once committed (reading any events not read yet)."""
         for _ in self.events():
             pass
         if self._thread is not None:

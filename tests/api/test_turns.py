@@ -222,3 +222,17 @@ def test_lease_is_renewed_while_a_turn_runs(app_factory):
 def turn_service_of(api: Api):
     with api.app.app_context():
         return turn_service()
+
+
+def test_wait_after_reading_every_event_returns_the_result(api: Api):
+    agent_id = api.create_agent(echo_dsl())
+    with api.app.app_context():
+        from api.db import Tenant
+        from api.services.turns import TurnRequest
+
+        tenant_id = Tenant.get(Tenant.name == "tenant-a").id
+        turn = turn_service().start(TurnRequest(tenant_id, agent_id, query="hi"))
+        names = [e["event"] for e in turn.events()]
+        assert names[-2:] == ["message_end", "workflow_finished"]
+        assert list(turn.events()) == []
+        assert turn.wait().status == "succeeded"
