@@ -450,6 +450,11 @@ class Canvas:
             InputError: ``inputs`` do not fit the pending form (or Begin's form).
             UsageError: ``inputs`` given with no form to take them.
         """
+        if query is not None and not isinstance(query, str):
+            raise UsageError(f"query must be text, got {type(query).__name__}")
+        oversized = _oversized({"query": query, "files": files}, self.limits.max_value_bytes)
+        if oversized:
+            raise InputError(_errors_message("the turn", oversized), oversized)
         pending = self.pending_form()
         if pending is not None:
             accepted, errors = check_answers(pending.form(), inputs, self.limits.max_value_bytes)
@@ -465,8 +470,6 @@ class Canvas:
             accepted, errors = check_answers(form, inputs, self.limits.max_value_bytes)
             if errors:
                 raise InputError(_errors_message("begin", errors), errors)
-        if query is not None and not isinstance(query, str):
-            raise UsageError(f"query must be text, got {type(query).__name__}")
         return self._run(
             resume=None, accepted=accepted, query=query or "", user_id=user_id, files=files, context=context
         )
@@ -731,6 +734,18 @@ def _declared_variables(variables: Any) -> dict[str, dict]:
         return declared_variables(variables)
     except ValueError as e:
         raise DSLError(str(e)) from None
+
+
+def _oversized(values: dict[str, Any], limit: int) -> dict[str, str]:
+    """``{name: message}`` for each value over ``limit`` bytes (as text or JSON)."""
+    errors = {}
+    for name, value in values.items():
+        if not value:
+            continue
+        size = len(value.encode()) if isinstance(value, str) else len(json.dumps(value, default=str))
+        if size > limit:
+            errors[name] = f"{name} is {size} bytes; the limit is {limit} (max_value_bytes)"
+    return errors
 
 
 def _errors_message(cid: str, errors: dict[str, str]) -> str:

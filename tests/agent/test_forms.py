@@ -198,3 +198,15 @@ def test_begin_rejects_undeclared_and_mistyped_inputs():
         canvas.run(query="", inputs={"city": "Oslo", "weather": "sunny", "days": "many"})
     assert set(info.value.errors) == {"weather", "days"}
     assert canvas.globals["sys.conversation_turns"] == 0
+
+
+def test_an_oversized_query_or_files_are_refused_before_anything_changes():
+    canvas = Canvas(form_dsl(), limits=Limits(max_value_bytes=100))
+    before = str(canvas)
+    with pytest.raises(InputError) as info:
+        canvas.run(query="x" * 101)
+    assert "the limit is 100" in info.value.errors["query"]
+    with pytest.raises(InputError) as info:
+        canvas.run(query="ok", files=[{"name": "f" * 200}])
+    assert set(info.value.errors) == {"files"}
+    assert str(canvas) == before
