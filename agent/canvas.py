@@ -122,6 +122,8 @@ class Canvas:
         self.limits = limits or Limits()
         self.services: dict[str, Any] = dict(services or {})
         self.cancel_check: Callable[[], bool] | None = None
+        #: The form answers the last ``run()`` accepted, converted to their types.
+        self.accepted_inputs: dict = {}
         self.sleep: Callable[[float], None] = time.sleep
         self.warnings: list[str] = []
         self._load(dsl)
@@ -531,6 +533,7 @@ class Canvas:
     ) -> Iterator[dict]:
         before = self._runtime_state()
         self._pristine = None
+        self.accepted_inputs = dict(accepted)
         started = time.monotonic()
         self.memory_writes = {}
         if resume is None:

@@ -521,7 +521,7 @@ class TurnService:
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
             )
-            rows = _log_rows(claim, req, result, now)
+            rows = _log_rows(claim, req, result, now, canvas.accepted_inputs)
             save = _SAVE_TURN
         else:
             error = result.error or ""
@@ -760,11 +760,14 @@ def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
     }
 
 
-def _log_rows(claim: _Claim, req: TurnRequest, result: TurnResult, now: int) -> list[dict]:
+def _log_rows(
+    claim: _Claim, req: TurnRequest, result: TurnResult, now: int, accepted_inputs: dict
+) -> list[dict]:
     """The message-log rows of a completed or paused turn: the user's, then the assistant's."""
     message_id = result.final_event.get("message_id", "")
     round_no = claim.round + 1
-    user_meta = {k: v for k, v in (("inputs", req.inputs), ("files", req.files)) if v}
+    # The answers as the form accepted them (``"41"`` for an integer is logged as 41).
+    user_meta = {k: v for k, v in (("inputs", accepted_inputs), ("files", req.files)) if v}
     assistant = result.answer
     assistant_meta = None
     if result.status == "paused":

@@ -81,6 +81,9 @@ def test_intake_form_paused_rejected_resumed_partially_finished(api: Api):
 
     partial = api.ask(agent_id, session_id, inputs={"name": "Ann", "age": {"value": "41"}})
     assert set(_form_of(partial.json["data"])) == {"plan"}
+    # The transcript logs the answers as the form accepted them: "41" for an integer is 41.
+    logged = [m for m in api.session(agent_id, session_id)["message"] if m["role"] == "user"][-1]
+    assert logged["inputs"] == {"name": "Ann", "age": 41}
 
     frames = api.ask_stream(agent_id, session_id, inputs={"plan": "pro"})
     assert frames[-2]["event"] == "message_end"
