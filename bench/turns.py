@@ -90,7 +90,8 @@ class InProcess:
         with self.app.app_context():
             for body in ({"query": f"sign me up {i}"}, {"inputs": ANSWERS}):
                 result = self.svc.start(
-                    TurnRequest(self.tenant_id, self.agent_id, session_id=self.session_id, **body)
+                    TurnRequest(self.tenant_id, self.agent_id, session_id=self.session_id, **body),
+                    inline=True,
                 ).wait()
                 assert result.status in ("paused", "succeeded"), result
 

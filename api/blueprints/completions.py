@@ -75,7 +75,7 @@ def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
     req = turn_request(agent_id, body)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
-    turn = turn_service().start(req)
+    turn = turn_service().start(req, inline=not stream)
     return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
 
 

@@ -156,7 +156,7 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
         if size > limit:
             raise TooLarge(f"{what} is {size} bytes; the limit is {limit} (limits.max_value_bytes)")
     stream = flag(body.get("stream"), "stream", default=True)
-    turn = embed.EndUserTurn(turn_service().start(req))
+    turn = embed.EndUserTurn(turn_service().start(req, inline=not stream))
     if stream:
         response = sse_reply(turn)
         status = 200

@@ -80,7 +80,7 @@ def openai_reply(agent_id: str, body: dict) -> ResponseReturnValue:
     """Run one turn for an OpenAI-shaped request and answer in OpenAI's shape."""
     try:
         req, stream, model, include_usage = _read_request(agent_id, body)
-        turn = turn_service().start(req)
+        turn = turn_service().start(req, inline=not stream)
     except (ApiError, CanvasError) as exc:
         reply, status = reply_for(exc)
         return jsonify(with_openai_error(reply, status)), status

@@ -276,7 +276,7 @@ def test_form_through_the_embed_routes(api: Api, bot: Bot):
     history = bot.history(agent_id, session_id).json["data"]
     assert history["status"] == "idle" and history["form"] is None
     answered = [m for m in history["message"] if m["role"] == "user"][-1]
-    assert answered["inputs"] == {"name": "Ann", "age": "40", "plan": "pro"}  # as sent
+    assert answered["inputs"] == {"name": "Ann", "age": 40, "plan": "pro"}  # as the form accepted them
 
 
 def test_stop_button_cancels_only_its_own_running_turn(api: Api, bot: Bot):

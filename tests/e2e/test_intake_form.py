@@ -66,7 +66,7 @@ def test_intake_form_pause_refuse_resume_finish(deployment):
     assert [m["role"] for m in messages[1:]] == ["user", "assistant"] * 3
     assert messages[1]["content"] == "I want to sign up"
     assert messages[2]["content"] == "Please tell us about yourself to sign up."
-    assert messages[3]["inputs"] == {"name": "Ann", "age": "41"}
+    assert messages[3]["inputs"] == {"name": "Ann", "age": 41}  # as the form accepted them
     assert messages[-1]["content"] == answer
 
     # The next turn starts the form empty: earlier answers are not reused.
