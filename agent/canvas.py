@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from agent import jsonio
 from agent.component import ComponentBase, component_class, component_names
 from agent.component.base import checked_param
 from agent.errors import (
@@ -55,6 +57,11 @@ from agent.variables import declared_variables
 log = logging.getLogger("agentcanvas.canvas")
 
 SNAPSHOT_VERSION = 1
+# Components whose wiring, references and templates passed (see Canvas._validate):
+# key -> the load warnings. Insertion-ordered, the oldest dropped first.
+_VALIDATED: dict[str, tuple[str, ...]] = {}
+_VALIDATED_MAX = 256
+_VALIDATED_LOCK = threading.Lock()
 REQUIRED_KEYS = ("components", "path", "history", "retrieval")
 DEFAULT_GLOBALS = {"sys.query": "", "sys.user_id": "", "sys.conversation_turns": 0, "sys.files": []}
 _RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "turn")
@@ -137,7 +144,7 @@ class Canvas:
             if len(dsl) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
                 raise DSLError(f"the DSL is {len(dsl)} bytes; the limit is {self.limits.max_dsl_bytes}")
             try:
-                dsl = json.loads(dsl)
+                dsl = jsonio.loads(dsl)
             except ValueError as e:
                 raise DSLError(f"the DSL is not valid JSON: {e}") from None
         else:
@@ -168,14 +175,13 @@ class Canvas:
         self.variables = _declared_variables(dsl.get("variables"))
 
         self.dsl = dsl
+        self._refs: dict[str, list[Ref]] = {}
         self.components: dict[str, ComponentBase] = {}
         for cid, entry in components.items():
             self.components[cid] = self._build_component(cid, entry)
         if "begin" not in self.components:
             raise DSLError("the DSL has no 'begin' component; every canvas starts at id 'begin'")
-        self._check_wiring()
-        self._check_references()
-        self._find_unreachable()
+        self._validate()
 
         self.path: list[str] = dsl["path"]
         for cid in self.path:
@@ -220,6 +226,38 @@ class Canvas:
         param = checked_param(cls, params, cid)
         return cls(self, cid, param, entry)
 
+    def _validate(self) -> None:
+        """Wiring, references and templates; skipped for components already checked.
+
+        A session's snapshot carries the same components turn after turn, so the
+        outcome is remembered (per process, for the last few hundred DSLs) by the
+        components' JSON text and the declared variables.
+        """
+        declared = sorted(k for k in self.dsl["globals"] if k.startswith("env.")) + sorted(self.variables)
+        try:
+            key = jsonio.dumps([self.dsl["components"], declared])
+        except (TypeError, ValueError):
+            key = None
+        warnings = _VALIDATED.get(key) if key is not None else None
+        if warnings is not None:
+            self.warnings = list(warnings)
+            return
+        self._check_wiring()
+        self._check_references()
+        self._find_unreachable()
+        if key is not None:
+            with _VALIDATED_LOCK:
+                if len(_VALIDATED) >= _VALIDATED_MAX:
+                    _VALIDATED.pop(next(iter(_VALIDATED)))
+                _VALIDATED[key] = tuple(self.warnings)
+
+    def references_of(self, cid: str) -> list[Ref]:
+        """The references in component ``cid``'s params (computed once per canvas)."""
+        refs = self._refs.get(cid)
+        if refs is None:
+            refs = self._refs[cid] = self.components[cid].references()
+        return refs
+
     def _check_wiring(self) -> None:
         for cid, cpn in self.components.items():
             for key in ("downstream", "upstream"):
@@ -239,7 +277,7 @@ class Canvas:
         declared_env = {k for k in self.dsl["globals"] if k.startswith("env.")}
         declared_env |= {f"env.{n}" for n in self.variables}
         for cid, cpn in self.components.items():
-            for ref in cpn.references():
+            for ref in self.references_of(cid):
                 if ref.scope == "cpn" and ref.name not in self.components:
                     raise DSLError(f"{cid}: reference {{{ref.text}}} names unknown component {ref.name!r}")
                 if ref.scope == "env" and ref.name not in declared_env:
@@ -309,7 +347,7 @@ class Canvas:
         return out
 
     def __str__(self) -> str:
-        text = json.dumps(self.to_dict(), ensure_ascii=False, default=str, separators=(",", ":"))
+        text = jsonio.dumps(self.to_dict())
         if len(text) > self.limits.max_snapshot_bytes:
             raise SnapshotTooLarge(
                 f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
@@ -322,10 +360,10 @@ class Canvas:
         if self._pristine is not None:
             return self._pristine
         d = self.to_dict()
-        return json.dumps({k: d.get(k) for k in _RUNTIME_KEYS}, default=str)
+        return jsonio.dumps({k: d.get(k) for k in _RUNTIME_KEYS})
 
     def _restore_runtime_state(self, text: str | bytes) -> None:
-        d = json.loads(text)
+        d = jsonio.loads(text)
         if "dsl" in d and "components" not in d:
             d = d["dsl"]
         self.path = d["path"]
@@ -726,7 +764,7 @@ class Canvas:
                 todo.append(cpn.parent_id)
         needed = {"begin"} | reachable
         for cid in reachable:
-            needed.update(r.name for r in self.components[cid].references() if r.scope == "cpn")
+            needed.update(r.name for r in self.references_of(cid) if r.scope == "cpn")
         for cid, cpn in self.components.items():
             if cid not in needed:
                 cpn.outputs = {}

@@ -143,6 +143,8 @@ def test_unreachable_component_is_a_warning_not_an_error():
     dsl["components"]["Message:Lonely"] = cpn("Message", {"content": ["x"]})
     canvas = Canvas(dsl)
     assert canvas.warnings == ["Message:Lonely: no path from 'begin' reaches this component"]
+    # A second load of the same components (checked once per process) warns the same.
+    assert Canvas(str(canvas)).warnings == canvas.warnings
 
 
 def test_unknown_params_and_graph_are_kept_verbatim():
@@ -405,3 +407,14 @@ def test_variables_may_be_ragflows_list_shape_and_keep_it():
     assert canvas.variable_type("n") == "number"
     assert json.loads(str(canvas))["variables"] == dsl["variables"]
     assert Canvas({**greeting(), "variables": []}).variables == {}
+
+
+def test_a_dsl_that_failed_its_checks_fails_again_on_every_load():
+    dsl = make_dsl(
+        {"begin": cpn("Begin", {}, ["Message:A"]), "Message:A": cpn("Message", {"content": ["{env.x}"]})}
+    )
+    for _ in range(2):
+        with pytest.raises(DSLError, match="undeclared variable 'env.x'"):
+            Canvas(dsl)
+    dsl["variables"] = {"x": {"type": "string", "value": "ok"}}
+    assert answer(events_of(Canvas(dsl), query="")) == "ok"

@@ -1,0 +1,35 @@
+"""JSON for snapshots: orjson when it can, the standard library when it cannot.
+
+A turn parses and writes its whole snapshot; with the standard library that is most
+of what a turn costs once the history is long. orjson is several times faster at
+both. It refuses a few things the standard library accepts (integers beyond 64
+bits, lone surrogates in text), so those fall back to :mod:`json`; parse errors are
+re-raised by :mod:`json` so their messages stay the familiar ones.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def _default(value: Any) -> str:
+    return str(value)
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text (no spaces, non-ASCII kept); unknown objects as ``str()``."""
+    try:
+        return orjson.dumps(value, default=_default).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse JSON; raises ``json.JSONDecodeError`` (a ``ValueError``) on bad input."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
