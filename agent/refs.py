@@ -59,6 +59,18 @@ def parse_ref(text: str) -> Ref | None:
     return _parse_body(m.group(1))
 
 
+def require_ref(value: Any, label: str, example: str) -> Ref:
+    """``value`` read as a bare reference, for a param's ``check()``.
+
+    Raises:
+        ValueError: "<label> <value!r> is not a reference like <example>".
+    """
+    ref = parse_ref(value) if isinstance(value, str) else None
+    if ref is None:
+        raise ValueError(f"{label} {value!r} is not a reference like {example}")
+    return ref
+
+
 def _parse_body(body: str) -> Ref:
     if "@" in body:
         cpn, rest = body.split("@", 1)

@@ -34,7 +34,7 @@ from typing import Any
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.conditions import canonical_operator, compare, operator_error, to_number
-from agent.refs import Ref, parse_ref
+from agent.refs import Ref, parse_ref, require_ref
 from agent.stream import LazyText
 
 OPERATIONS = (
@@ -142,10 +142,7 @@ class DataOperationsParam(ComponentParamBase):
         if not isinstance(query, list) or not query:
             raise ValueError("query must name the object(s) to work on, e.g. ['begin@profile']")
         for i, ref in enumerate(query, 1):
-            if parse_ref(ref) is None:
-                raise ValueError(
-                    f"query {i}: {ref!r} is not a reference like 'begin@profile' or 'LLM:A@structured'"
-                )
+            require_ref(ref, f"query {i}:", "'begin@profile' or 'LLM:A@structured'")
         self.query = query
         self.operations = _operation_name(self.operations)
         self.check_choice("operations", OPERATIONS)

@@ -55,7 +55,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.refs import Ref, parse_ref, to_text
+from agent.refs import Ref, parse_ref, require_ref, to_text
 from agent.settings import load_settings
 from agent.stream import LazyText
 
@@ -318,10 +318,8 @@ class InvokeParam(ComponentParamBase):
                 raise ValueError(
                     f"variables item {n} needs a 'key' (the parameter name) and a 'ref' or 'value'"
                 )
-            if var.get("ref") and parse_ref(var["ref"]) is None:
-                raise ValueError(
-                    f"variables item {n} ({var['key']!r}): ref {var['ref']!r} is not a reference like 'begin@city'"
-                )
+            if var.get("ref"):
+                require_ref(var["ref"], f"variables item {n} ({var['key']!r}): ref", "'begin@city'")
 
 
 @register

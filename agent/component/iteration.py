@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.errors import DSLError
-from agent.refs import Ref, parse_ref
+from agent.refs import Ref, parse_ref, require_ref
 from agent.stream import LazyText
 
 
@@ -158,19 +158,15 @@ class IterationParam(ComponentParamBase):
                 )
         elif not self.variable or "value" not in self.variable:
             raise ValueError("items_ref is empty; set it to a reference to a list, e.g. 'begin@items'")
-        elif self.variable.get("input_mode") == "variable" and parse_ref(self.variable.get("value")) is None:
-            raise ValueError(
-                f"variable.value {self.variable.get('value')!r} is not a reference like 'begin@items'"
-            )
+        elif self.variable.get("input_mode") == "variable":
+            require_ref(self.variable.get("value"), "variable.value", "'begin@items'")
         if self.outputs in (None, []):
             self.outputs = {}
         if not isinstance(self.outputs, dict):
             raise ValueError("outputs must be an object of {name: {'ref': 'cpn@var'}}")
         for name, spec in self.outputs.items():
-            if isinstance(spec, dict) and spec.get("ref") and parse_ref(spec["ref"]) is None:
-                raise ValueError(
-                    f"outputs.{name}.ref {spec['ref']!r} is not a reference like 'Message:Line@content'"
-                )
+            if isinstance(spec, dict) and spec.get("ref"):
+                require_ref(spec["ref"], f"outputs.{name}.ref", "'Message:Line@content'")
 
 
 @register

@@ -30,7 +30,7 @@ from typing import Any
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.conditions import canonical_operator, compare, operator_error, to_number
-from agent.refs import parse_ref
+from agent.refs import require_ref
 from agent.stream import LazyText
 
 OPERATIONS = ("nth", "head", "tail", "filter", "sort", "drop_duplicates")
@@ -77,8 +77,7 @@ class ListOperationsParam(ComponentParamBase):
     def check(self) -> None:
         if not self.query:
             raise ValueError("query is empty; name the list to work on, e.g. 'begin@items'")
-        if parse_ref(self.query) is None:
-            raise ValueError(f"query {self.query!r} is not a reference like 'begin@items' or 'env.list'")
+        require_ref(self.query, "query", "'begin@items' or 'env.list'")
         operation = str(self.operations or "nth").strip()
         self.operations = "head" if operation.lower() == "topn" else operation
         self.check_choice("operations", OPERATIONS)

@@ -58,7 +58,7 @@ from agent.conditions import (
     to_number,
 )
 from agent.errors import DSLError
-from agent.refs import Ref, parse_ref, to_text
+from agent.refs import Ref, parse_ref, require_ref, to_text
 from agent.stream import LazyText
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -162,11 +162,7 @@ class LoopParam(ComponentParamBase):
             where = f"loop_termination_condition item {n}"
             if not isinstance(cond, dict):
                 raise ValueError(f"{where} must be an object with 'variable', 'operator' and 'value'")
-            if parse_ref(cond.get("variable")) is None:
-                raise ValueError(
-                    f"{where}: variable {cond.get('variable')!r} is not a reference like "
-                    f"'Loop:X@count' or 'env.done'"
-                )
+            require_ref(cond.get("variable"), f"{where}: variable", "'Loop:X@count' or 'env.done'")
             operator = canonical_operator(cond.get("operator"))
             if operator is None:
                 raise ValueError(f"{where}: {operator_error(cond.get('operator'))}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.refs import Ref, parse_ref, to_text
+from agent.refs import Ref, require_ref, to_text
 from agent.stream import LazyText
 from agent.templates import render
 
@@ -43,10 +43,7 @@ class StringTransformParam(ComponentParamBase):
         if self.method == "split":
             if not self.split_ref:
                 raise ValueError("split needs split_ref, a reference to the text to split (e.g. 'sys.query')")
-            if parse_ref(self.split_ref) is None:
-                raise ValueError(
-                    f"split_ref {self.split_ref!r} is not a reference like 'begin@text', 'sys.query' or 'env.x'"
-                )
+            require_ref(self.split_ref, "split_ref", "'begin@text', 'sys.query' or 'env.x'")
         elif not isinstance(self.script, str):
             raise ValueError(f"script must be a text template, got {self.script!r}")
 

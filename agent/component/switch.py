@@ -30,7 +30,7 @@ from agent.conditions import (  # noqa: F401 - re-exported: other components imp
     operator_error,
     to_number,
 )
-from agent.refs import Ref, parse_ref
+from agent.refs import Ref, parse_ref, require_ref
 from agent.stream import LazyText
 
 
@@ -72,11 +72,7 @@ class SwitchParam(ComponentParamBase):
                 at = f"{where}, item {k}"
                 if not isinstance(item, dict):
                     raise ValueError(f"{at} must be an object with 'cpn_id', 'operator' and 'value'")
-                if parse_ref(item.get("cpn_id")) is None:
-                    raise ValueError(
-                        f"{at}: cpn_id {item.get('cpn_id')!r} is not a reference like "
-                        f"'begin@name', 'sys.query' or 'env.x'"
-                    )
+                require_ref(item.get("cpn_id"), f"{at}: cpn_id", "'begin@name', 'sys.query' or 'env.x'")
                 operator = canonical_operator(item.get("operator"))
                 if operator is None:
                     raise ValueError(f"{at}: {operator_error(item.get('operator'))}")

@@ -20,7 +20,7 @@ from typing import Any
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.conditions import is_empty
-from agent.refs import Ref, parse_ref
+from agent.refs import Ref, parse_ref, require_ref
 from agent.stream import LazyText
 
 
@@ -53,12 +53,8 @@ class VariableAggregatorParam(ComponentParamBase):
                     f"group {name!r}: variables must be a non-empty list of {{value: reference}}"
                 )
             for i, variable in enumerate(variables, 1):
-                ref = _selector(variable)
-                if parse_ref(ref) is None:
-                    raise ValueError(
-                        f"group {name!r}, variable {i}: {ref!r} is not a reference like "
-                        f"'LLM:A@content', 'begin@name' or 'env.x'"
-                    )
+                label = f"group {name!r}, variable {i}:"
+                require_ref(_selector(variable), label, "'LLM:A@content', 'begin@name' or 'env.x'")
 
 
 @register

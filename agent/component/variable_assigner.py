@@ -50,7 +50,7 @@ from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.refs import Ref, find_refs, parse_ref, to_text
+from agent.refs import Ref, find_refs, parse_ref, require_ref, to_text
 from agent.stream import LazyText
 from agent.variables import (
     MAX_NUMBER,
@@ -225,11 +225,7 @@ class VariableAssignerParam(ComponentParamBase):
             if not isinstance(item, dict):
                 raise ValueError(f"{where} must be an object with 'variable', 'operator' and 'parameter'")
             variable = item.get("variable")
-            ref = parse_ref(variable) if isinstance(variable, str) else None
-            if ref is None:
-                raise ValueError(
-                    f"{where}: variable {variable!r} is not a reference like 'env.count' or 'Cpn:Name@out'"
-                )
+            ref = require_ref(variable, f"{where}: variable", "'env.count' or 'Cpn:Name@out'")
             if ref.scope == "sys":
                 raise ValueError(
                     f"{where}: {variable!r} is set by the runtime and cannot be assigned; "
