@@ -10,9 +10,12 @@ both check values here, so one rule holds everywhere.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
+
+from agent.refs import to_text
 
 # Larger numbers do not survive JSON in most clients (and Python refuses to print
 # integers past 4300 digits), so arithmetic stops here with a clear error.
@@ -170,3 +173,62 @@ def check_value(name: str, declared: Any, value: Any) -> Any:
         )
         raise ValueError(f"variable {name!r} is of type {declared!r}; item {bad} is {describe(value[bad])}")
     raise ValueError(f"variable {name!r} is of type {declared!r}; got {describe(value)}")
+
+
+class ValueMismatch(ValueError):
+    """A value does not fit a variable's type or operation; the message says why."""
+
+
+def number_of(value: Any, what: str) -> int | float:
+    if isinstance(value, bool):
+        raise ValueMismatch(f"{what} must be a number, got {describe(value)}")
+    if isinstance(value, (int, float)) and is_finite_number(value):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        for convert in (int, float):
+            try:
+                number = convert(text)
+            except ValueError:
+                continue
+            if is_finite_number(number):
+                return number
+    raise ValueMismatch(f"{what} must be a number, got {describe(value)}")
+
+
+def whole_number(number: int | float, what: str) -> int:
+    if isinstance(number, int):
+        return number
+    if not number.is_integer():
+        raise ValueMismatch(f"{what} must be a whole number for an integer variable, got {number!r}")
+    return int(number)
+
+
+def from_text(vtype: VariableType, value: Any) -> Any:
+    """A value given as text (a ``set`` parameter, a DSL constant) read as ``vtype``.
+
+    Values that are not text pass through unchanged; check them with :func:`value_fits`.
+    """
+    kind = vtype.kind
+    if kind == "string":
+        return to_text(value)
+    if not isinstance(value, str):
+        return value
+    if kind == "number":
+        return number_of(value, "the value")
+    if kind == "integer":
+        return whole_number(number_of(value, "the value"), "the value")
+    if kind == "boolean":
+        text = value.strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ValueMismatch(f"the value must be true or false, got {value!r}")
+    if kind in ("object", "array"):
+        try:
+            parsed = json.loads(value)
+        except ValueError as e:
+            raise ValueMismatch(
+                f"the value must be a JSON {'object' if kind == 'object' else 'list'}, got {value!r} ({e})"
+            ) from None
+        return parsed
+    return value

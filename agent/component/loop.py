@@ -42,7 +42,6 @@ body resumes correctly after ``Canvas(str(canvas))``.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from typing import Any
 
@@ -55,55 +54,34 @@ from agent.conditions import (
     combine,
     compare,
     operator_error,
-    to_number,
 )
 from agent.errors import DSLError
-from agent.refs import Ref, parse_ref, require_ref, to_text
+from agent.refs import Ref, parse_ref, require_ref
 from agent.stream import LazyText
+from agent.variables import empty_value, from_text, parse_type, value_fits
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
-_EMPTY_BY_TYPE = {"number": 0, "string": "", "boolean": False, "object": {}, "array": []}
 
 
-def _type_family(vtype: Any) -> str:
-    """``"array<string>"`` → ``"array"``; unknown types → ``""``."""
-    text = str(vtype or "").strip().lower()
-    for family in _EMPTY_BY_TYPE:
-        if text.startswith(family):
-            return family
-    return ""
+def _empty(vtype: Any) -> Any:
+    """A loop variable's starting value when none is given: its type's empty value."""
+    parsed = parse_type(vtype)
+    return "" if parsed is None or parsed.kind == "any" else empty_value(parsed)
 
 
 def _convert_constant(name: str, vtype: Any, value: Any) -> Any:
     """A constant loop variable's value in its declared type; ``ValueError`` if it does not fit."""
-    family = _type_family(vtype)
-    if value is None or (value == "" and family not in ("", "string")):
-        return copy.deepcopy(_EMPTY_BY_TYPE.get(family, ""))
-    if family == "number":
-        number = to_number(value)
-        if number is None:
-            raise ValueError(f"loop variable {name!r} has type number but value {value!r}; give a number")
-        return number
-    if family == "string":
-        return to_text(value)
-    if family == "boolean":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise ValueError(f"loop variable {name!r} has type boolean but value {value!r}; give true or false")
-    if family in ("object", "array"):
-        wanted = dict if family == "object" else list
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as e:
-                raise ValueError(
-                    f"loop variable {name!r} of type {vtype!r}: value is not JSON ({e})"
-                ) from None
-        if not isinstance(value, wanted):
-            raise ValueError(f"loop variable {name!r} has type {vtype!r} but value {value!r}")
+    parsed = parse_type(vtype)
+    if parsed is None or parsed.kind == "any":
         return value
+    if value is None or (value == "" and parsed.kind != "string"):
+        return empty_value(parsed)
+    try:
+        value = from_text(parsed, value)
+    except ValueError as e:
+        raise ValueError(f"loop variable {name!r} has type {vtype} but value {value!r}: {e}") from None
+    if not value_fits(parsed, value):
+        raise ValueError(f"loop variable {name!r} has type {vtype} but value {value!r}")
     return value
 
 
@@ -219,7 +197,7 @@ class Loop(ContainerComponent):
             elif mode == "constant":
                 value = copy.deepcopy(var["value"])
             else:
-                value = copy.deepcopy(_EMPTY_BY_TYPE.get(_type_family(var.get("type")), ""))
+                value = _empty(var.get("type"))
             self.set_output(var["variable"], value)
         self.data = {"passes": 0}
         self._next = [self.start_id()]

@@ -44,13 +44,12 @@ items as written, never the values (a variable may hold a secret).
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.refs import Ref, find_refs, parse_ref, require_ref, to_text
+from agent.refs import Ref, find_refs, parse_ref, require_ref
 from agent.stream import LazyText
 from agent.variables import (
     MAX_NUMBER,
@@ -59,11 +58,14 @@ from agent.variables import (
     article,
     describe,
     empty_value,
-    is_finite_number,
+    from_text,
+    number_of,
     parse_type,
     type_of_value,
     value_fits,
+    whole_number,
 )
+from agent.variables import ValueMismatch as AssignError
 
 OPERATORS = (
     "overwrite",
@@ -82,65 +84,11 @@ NO_PARAMETER = ("clear", "remove_first", "remove_last")
 ARITHMETIC = ("+=", "-=", "*=", "/=")
 
 
-class AssignError(ValueError):
-    """An operation does not fit the variable or the value; the message says why."""
-
-
-def _number(value: Any, what: str) -> int | float:
-    if isinstance(value, bool):
-        raise AssignError(f"{what} must be a number, got {describe(value)}")
-    if isinstance(value, (int, float)) and is_finite_number(value):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        for convert in (int, float):
-            try:
-                number = convert(text)
-            except ValueError:
-                continue
-            if is_finite_number(number):
-                return number
-    raise AssignError(f"{what} must be a number, got {describe(value)}")
-
-
-def _from_text(vtype: VariableType, value: Any) -> Any:
-    """``set``: convert text to the variable's type."""
-    kind = vtype.kind
-    if kind == "string":
-        return to_text(value)
-    if not isinstance(value, str):
-        return value
-    if kind == "number":
-        return _number(value, "the value")
-    if kind == "integer":
-        return _whole(_number(value, "the value"), "the value")
-    if kind == "boolean":
-        text = value.strip().lower()
-        if text in ("true", "false"):
-            return text == "true"
-        raise AssignError(f"the value must be true or false, got {value!r}")
-    if kind == "object":
-        try:
-            parsed = json.loads(value)
-        except ValueError as e:
-            raise AssignError(f"the value must be a JSON object, got {value!r} ({e})") from None
-        return parsed
-    return value
-
-
-def _whole(number: int | float, what: str) -> int:
-    if isinstance(number, int):
-        return number
-    if not number.is_integer():
-        raise AssignError(f"{what} must be a whole number for an integer variable, got {number!r}")
-    return int(number)
-
-
 def _arithmetic(operator: str, current: Any, value: Any) -> int | float:
-    left = _number(current, "the variable's value") if current is not None else None
+    left = number_of(current, "the variable's value") if current is not None else None
     if left is None:
         raise AssignError(f"{operator} needs a number in the variable, which holds nothing (None)")
-    right = _number(value, "the value")
+    right = number_of(value, "the value")
     if operator == "+=":
         result = left + right
     elif operator == "-=":
@@ -170,7 +118,7 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
         if vtype.kind not in ("number", "integer", "any"):
             raise AssignError(f"{operator} works on numbers; the variable is {article(vtype)}")
         result = _arithmetic(operator, current, value)
-        return _whole(result, f"the result of {operator}") if vtype.kind == "integer" else result
+        return whole_number(result, f"the result of {operator}") if vtype.kind == "integer" else result
     if operator in ("append", "extend", "remove_first", "remove_last"):
         if vtype.kind == "any" and current is None:
             vtype = VariableType("array", "any")
@@ -196,7 +144,7 @@ def apply_operator(operator: str, vtype: VariableType, current: Any, value: Any)
             raise AssignError(
                 f"set works on {', '.join(SCALAR_KINDS)}; for {article(vtype)} use overwrite or extend"
             )
-        value = _from_text(vtype, value)
+        value = from_text(vtype, value)
     if not value_fits(vtype, value):
         raise AssignError(f"{operator} needs {article(vtype)} value, got {describe(value)}")
     return value
@@ -245,7 +193,7 @@ class VariableAssignerParam(ComponentParamBase):
                 raise ValueError(f"{where} ({variable}): operator {operator!r} needs a 'parameter'")
             if operator in ARITHMETIC and not _maybe_ref(parameter):
                 try:
-                    number = _number(parameter, f"the parameter of {operator}")
+                    number = number_of(parameter, f"the parameter of {operator}")
                 except AssignError as e:
                     raise ValueError(f"{where} ({variable}): {e}") from None
                 if operator == "/=" and number == 0:
