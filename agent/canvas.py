@@ -571,6 +571,8 @@ class Canvas:
     ) -> Iterator[dict]:
         before = self._runtime_state()
         self._pristine = None
+        self._finished_late: list[ComponentBase] = []
+        self._started_late: dict[str, float] = {}
         self.accepted_inputs = dict(accepted)
         started = time.monotonic()
         self.memory_writes = {}
@@ -598,16 +600,13 @@ class Canvas:
                     self.path = self.path[i:]
                     yield self._pause(cpn)
                     return
-                data = self._node_data(cpn, t0)
-                data.update(
-                    inputs=cpn.inputs_seen,
-                    outputs=_jsonable(cpn.outputs),
-                    error=cpn.error,
-                    elapsed_time=round(time.monotonic() - t0, 6),
-                )
-                if cpn.usage:
-                    data["usage"] = cpn.usage
-                yield self._event("node_finished", data)
+                if cpn.finishes_later:
+                    self._started_late[cid] = t0
+                else:
+                    yield self._node_finished(cpn, t0)
+                while self._finished_late:
+                    done = self._finished_late.pop(0)
+                    yield self._node_finished(done, self._started_late.pop(done.id, None))
                 self._queue_next(cpn, i)
                 i += 1
             yield from self._finish(started)
@@ -618,7 +617,25 @@ class Canvas:
                 log.exception("unexpected error in canvas run")
             yield from self._end_failed(before, started, "failed", str(e) or type(e).__name__, e)
 
-    def _node_data(self, cpn: ComponentBase, t0: float) -> dict:
+    def _node_finished(self, cpn: ComponentBase, t0: float | None) -> dict:
+        data = self._node_data(cpn, t0)
+        data.update(
+            inputs=cpn.inputs_seen,
+            outputs=_jsonable(cpn.outputs),
+            error=cpn.error,
+            # A container resumed after a pause started in an earlier request: unknown.
+            elapsed_time=round(time.monotonic() - t0, 6) if t0 is not None else None,
+        )
+        if cpn.usage:
+            data["usage"] = cpn.usage
+        return self._event("node_finished", data)
+
+    def component_finished(self, cpn: ComponentBase) -> None:
+        """A container (Iteration, Loop) is done: its ``node_finished`` goes out now,
+        with its collected outputs, rather than when it started its body."""
+        self._finished_late.append(cpn)
+
+    def _node_data(self, cpn: ComponentBase, t0: float | None) -> dict:
         return {
             "component_id": cpn.id,
             "component_name": cpn.id.split(":", 1)[-1] if ":" in cpn.id else cpn.id,

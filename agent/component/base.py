@@ -120,6 +120,9 @@ class ComponentBase:
     param_class: ClassVar[type[ComponentParamBase]] = ComponentParamBase
     bare_ref_params: ClassVar[tuple[str, ...]] = ()
     is_form: ClassVar[bool] = False
+    #: The ``node_finished`` event waits until the component calls
+    #: ``canvas.component_finished`` (a container whose body runs after it).
+    finishes_later: ClassVar[bool] = False
 
     def __init__(self, canvas: Canvas, cpn_id: str, param: ComponentParamBase, entry: dict):
         self._canvas = canvas

@@ -76,6 +76,8 @@ class ContainerComponent(ComponentBase):
     """
 
     start_type: ClassVar[str] = ""
+    # Its node_finished, with the collected outputs, goes out when the body is done.
+    finishes_later = True
 
     def children(self) -> list[ComponentBase]:
         return [c for c in self._canvas.components.values() if c.parent_id == self.id]
@@ -123,8 +125,9 @@ class ContainerComponent(ComponentBase):
         return [start] if start else []
 
     def finish(self) -> list[str]:
-        """Mark the container left; returns :meth:`exit_ids`."""
+        """Mark the container left (its ``node_finished`` goes out now); returns :meth:`exit_ids`."""
         self.data["finished"] = True
+        self._canvas.component_finished(self)
         return self.exit_ids()
 
 

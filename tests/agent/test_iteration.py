@@ -293,3 +293,34 @@ def test_the_iteration_sample_runs_without_an_llm():
     )
     again = run(Canvas(str(canvas)), "")
     assert answer(again) == "Done. Labels: "
+
+
+def test_the_iteration_reports_node_finished_once_when_its_body_is_done():
+    """As RAGFlow does: the Iteration's node_finished carries the collected results."""
+    _, events = run_dsl(iteration_dsl(), "go")
+    finished = [
+        (i, e)
+        for i, e in enumerate(events)
+        if e["event"] == "node_finished" and e["data"]["component_id"] == "Iteration:Each"
+    ]
+    assert len(finished) == 1
+    index, event = finished[0]
+    assert event["data"]["outputs"]["result"] == ["0=a", "1=b", "2=c"]
+    assert event["data"]["elapsed_time"] >= 0
+    last_line = max(
+        i
+        for i, e in enumerate(events)
+        if e["event"] == "node_finished" and e["data"]["component_id"] == "Message:Line"
+    )
+    after = min(
+        i
+        for i, e in enumerate(events)
+        if e["event"] == "node_started" and e["data"]["component_id"] == "Message:After"
+    )
+    assert last_line < index < after
+    _, empty = run_dsl(iteration_dsl(), "go", inputs={"items": []})
+    assert [
+        e["data"]["outputs"]["result"]
+        for e in empty
+        if e["event"] == "node_finished" and e["data"]["component_id"] == "Iteration:Each"
+    ] == [[]]

@@ -282,3 +282,11 @@ def test_loop_item_and_exit_loop_must_sit_in_a_loop():
     dsl["components"]["ExitLoop:Stray"] = node("ExitLoop:Stray", "ExitLoop", {}, downstream=[])[1]
     with pytest.raises(DSLError, match="ExitLoop:Stray: an ExitLoop must sit in a Loop's body"):
         Canvas(dsl)
+
+
+def test_the_loop_reports_node_finished_once_with_its_final_variables():
+    _, events = run_dsl(loop_dsl(), "go")
+    finished = [
+        e["data"] for e in events if e["event"] == "node_finished" and e["data"]["component_id"] == "Loop:L"
+    ]
+    assert len(finished) == 1 and finished[0]["outputs"]["n"] == 3
