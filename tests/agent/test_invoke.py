@@ -84,18 +84,28 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = _handle
 
 
-@pytest.fixture
-def server():
+def serve(wrap=None):
+    """A local test server in a thread (``wrap`` may turn its socket into TLS); stop with ``stop(srv)``."""
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    srv.requests = []
-    srv.release = threading.Event()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    yield srv
+    srv.requests, srv.release = [], threading.Event()
+    if wrap is not None:
+        srv.socket = wrap(srv.socket)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    return srv
+
+
+def stop(srv) -> None:
     srv.release.set()
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = serve()
+    yield srv
+    stop(srv)
 
 
 @pytest.fixture
@@ -380,18 +390,12 @@ def tls_server(tmp_path):
         check=True,
         capture_output=True,
     )
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    srv.requests, srv.release, srv.cert = [], threading.Event(), cert
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    srv.socket = context.wrap_socket(srv.socket, server_side=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
+    srv = serve(lambda sock: context.wrap_socket(sock, server_side=True))
+    srv.cert = cert
     yield srv
-    srv.release.set()
-    srv.shutdown()
-    srv.server_close()
+    stop(srv)
 
 
 def test_https_verifies_the_certificate_against_the_url_host(tls_server, monkeypatch, localhost):
