@@ -11,7 +11,7 @@ A turn, in order:
 4. **Run** the canvas in a worker thread that feeds a queue; the HTTP response reads
    the queue. ``message`` chunks go out as they come; the events that end the turn
    are held back. A client that goes away does not stop the worker. A process-wide
-   :class:`LeaseKeeper` renews the lease while the turn runs and polls the cancel
+   :class:`~api.services.leases.LeaseKeeper` renews the lease while the turn runs and polls the cancel
    flag, which ``canvas.cancel_check`` reads.
 5. **Commit** in one transaction: the new snapshot with ``version + 1`` only where
    the version and the lease owner still match, the turn's messages appended to the
@@ -29,9 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import queue
-import socket
 import threading
 import time
 import uuid
@@ -50,6 +48,7 @@ from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound
 from api.services import variables as variables_service
 from api.services.agents import get_agent
+from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
 from api.services.memory import DatabaseMemoryStore
 
 log = logging.getLogger("agentcanvas.turns")
@@ -58,7 +57,6 @@ log = logging.getLogger("agentcanvas.turns")
 ENDING_EVENTS = frozenset({"message_end", "user_inputs", "workflow_finished"})
 SOURCES = ("api", "embed", "openai", "cli")
 MAX_ERROR_CHARS = 4000
-_HOST = socket.gethostname()[:24]
 
 
 def turn_service() -> TurnService:
@@ -160,85 +158,6 @@ class Turn:
             self._thread.join(timeout)
 
 
-class LeaseKeeper:
-    """Renews the leases of this process's running turns and polls their cancel flags.
-
-    One daemon thread per process, started with the first turn and asleep while no
-    turn runs. A turn is first looked at one ``poll_seconds`` after it starts, so a
-    short turn costs the database nothing here. Each tick reads the cancel flags of
-    the running turns in one query and pushes forward, in one ``UPDATE``, the expiry
-    of leases renewed more than a third of a lease ago. A turn whose lease is gone
-    (taken over after an expiry, or the session deleted) is told to stop as well:
-    its commit could not succeed anyway.
-    """
-
-    def __init__(self, lease_ms: int, poll_seconds: float):
-        self.lease_ms = lease_ms
-        self.poll_seconds = poll_seconds
-        self._cond = threading.Condition()
-        # owner -> (stop event, when its lease was last set, ms)
-        self._turns: dict[str, tuple[threading.Event, int]] = {}
-        self._thread: threading.Thread | None = None
-
-    def track(self, owner: str) -> threading.Event:
-        """Start watching the turn holding lease ``owner``; the event is set to cancel it."""
-        stop = threading.Event()
-        with self._cond:
-            self._turns[owner] = (stop, now_ms())
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="agentcanvas-lease-keeper", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify()
-        return stop
-
-    def untrack(self, owner: str) -> None:
-        with self._cond:
-            self._turns.pop(owner, None)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._turns:
-                    self._cond.wait()
-            time.sleep(self.poll_seconds)
-            with self._cond:
-                turns = dict(self._turns)
-            if not turns:
-                continue
-            try:
-                self._tick(turns)
-            except PeeweeException as exc:
-                # The database is unreachable for now; the lease has slack (a third
-                # of it is renewed at a time), so try again next tick.
-                log.warning("lease keeper could not reach the database: %s", exc)
-
-    def _tick(self, turns: dict[str, tuple[threading.Event, int]]) -> None:
-        owners = list(turns)
-        with db.connection_context():
-            now = now_ms()
-            due = [o for o, (_, renewed) in turns.items() if now - renewed >= self.lease_ms // 3]
-            if due:
-                Session.update(lease_expires=now + self.lease_ms).where(
-                    Session.lease_owner.in_(due)
-                ).execute()
-            rows = Session.select(Session.lease_owner, Session.cancel_requested).where(
-                Session.lease_owner.in_(owners)
-            )
-            flagged = {r.lease_owner for r in rows if r.cancel_requested}
-            present = {r.lease_owner for r in rows}
-        with self._cond:
-            for owner in owners:
-                entry = self._turns.get(owner)
-                if entry is None:
-                    continue
-                if owner in due:
-                    self._turns[owner] = (entry[0], now)
-                if owner in flagged or owner not in present:
-                    entry[0].set()
-
-
 @dataclass
 class _Claim:
     """What a claimed turn needs to commit."""
@@ -272,7 +191,7 @@ class TurnService:
             if isinstance(settings.get(section), dict)
         }
         self.services.update(config.get("SERVICES") or {})
-        self.keeper = LeaseKeeper(self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
+        self.keeper = LeaseKeeper(Session, self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
         self._active: set[Turn] = set()
         self._active_lock = threading.Lock()
 
@@ -385,7 +304,7 @@ class TurnService:
 
     def _start(self, req: TurnRequest, row: Session, created: bool, inline: bool = False) -> Turn:
         session_id = row.id
-        if _lease_live(row):
+        if lease_live(row):
             raise _busy(session_id)
         services = {**self.services, **(req.services or {}), "memory_store": _memory_store(req)}
         canvas = Canvas(row.snapshot, limits=self.limits, services=services)
@@ -427,7 +346,7 @@ class TurnService:
         return turn
 
     def _claim(self, row: Session, task_id: str, canvas: Canvas) -> _Claim:
-        owner = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+        owner = new_owner()
         now = now_ms()
         claimed = _CLAIM.execute(
             owner=owner, expires=now + self.lease_ms, task_id=task_id, id=row.id, version=row.version, now=now
@@ -575,7 +494,7 @@ class TurnService:
         """
         get_agent(tenant_id, agent_id)
         row = self.find_session(tenant_id, agent_id, session_id, end_user)
-        if _lease_live(row):
+        if lease_live(row):
             raise _busy(session_id)
         canvas = Canvas(row.snapshot, limits=self.limits)
         decl = variables_service.declaration(canvas.dsl, name)
@@ -585,11 +504,7 @@ class TurnService:
         now = now_ms()
         saved = (
             Session.update(snapshot=snapshot, version=Session.version + 1, update_time=now)
-            .where(
-                (Session.id == session_id)
-                & (Session.version == row.version)
-                & (Session.lease_owner.is_null() | (Session.lease_expires < now))
-            )
+            .where((Session.id == session_id) & (Session.version == row.version) & lease_free(Session, now))
             .execute()
         )
         if saved != 1:
@@ -663,11 +578,7 @@ _CLAIM = Prepared(
             Session.task_id: m("task_id"),
             Session.status: "running",
         }
-    ).where(
-        (Session.id == m("id"))
-        & (Session.version == m("version"))
-        & (Session.lease_owner.is_null() | (Session.lease_expires < m("now")))
-    )
+    ).where((Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now")))
 )
 
 
@@ -707,10 +618,6 @@ _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", 
 _APPEND_EXCHANGE = Prepared(
     lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])
 )
-
-
-def _lease_live(row: Session) -> bool:
-    return row.lease_owner is not None and row.lease_expires >= now_ms()
 
 
 def _busy(session_id: str) -> Busy:
@@ -824,6 +731,6 @@ def blocking_event(result: TurnResult, session_id: str) -> dict:
 
 def effective_status(row: Session) -> str:
     """``running`` only while a live lease is held; a dead worker's session shows its last state."""
-    if row.status == "running" and not _lease_live(row):
+    if row.status == "running" and not lease_live(row):
         return "paused" if row.pending_form else "idle"
     return row.status

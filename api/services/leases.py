@@ -1,0 +1,132 @@
+"""Leases: a row claimed by one worker for a while, renewed while it works, cancellable.
+
+The one lease mechanism of the server, used by turns (a session row, see
+:mod:`api.services.turns`) and by background parse tasks (a document row, see
+:mod:`api.services.parsing`). A leased table has three columns:
+
+* ``lease_owner`` — who holds the row (:func:`new_owner`), ``NULL`` when free;
+* ``lease_expires`` — epoch ms; a lease not renewed by then is free to take over
+  (its holder died);
+* ``cancel_requested`` — a flag any worker may raise; the holder's
+  :class:`LeaseKeeper` sees it within one poll.
+
+A claim is a conditional ``UPDATE ... WHERE`` :func:`lease_free` (plus the caller's
+own conditions), so exactly one of several racing workers wins.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from peewee import Expression, Model, PeeweeException
+
+from api.db import db, now_ms
+
+log = logging.getLogger("agentcanvas.leases")
+
+_HOST = socket.gethostname()[:24]
+
+
+def new_owner() -> str:
+    """A lease owner id unique to this claim: host, process and a random part."""
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+
+
+def lease_free(model: type[Model], now: Any) -> Expression:
+    """The condition "nobody holds a live lease on this row" (``now``: ms, or a marker)."""
+    return model.lease_owner.is_null() | (model.lease_expires < now)
+
+
+def lease_live(row: Model) -> bool:
+    """True while ``row``'s lease is held and not expired."""
+    return row.lease_owner is not None and row.lease_expires >= now_ms()
+
+
+class LeaseKeeper:
+    """Renews the leases this process holds on ``model``'s rows and polls their cancel flags.
+
+    One daemon thread per keeper, started with the first lease and asleep while none
+    is held. A lease is first looked at one ``poll_seconds`` after it is tracked, so
+    short work costs the database nothing here. Each tick reads the cancel flags of
+    the tracked leases in one query and pushes forward, in one ``UPDATE``, the expiry
+    of leases renewed more than a third of a lease ago. Work whose lease is gone
+    (taken over after an expiry, or the row deleted) is told to stop as well: it
+    could not commit anyway.
+
+    Args:
+        model: the leased table (with the three columns of the module docstring).
+        lease_ms: how long a lease lasts without renewal.
+        poll_seconds: how often the cancel flags are read.
+    """
+
+    def __init__(self, model: type[Model], lease_ms: int, poll_seconds: float):
+        self.model = model
+        self.lease_ms = lease_ms
+        self.poll_seconds = poll_seconds
+        self._cond = threading.Condition()
+        # owner -> (stop event, when its lease was last set, ms)
+        self._held: dict[str, tuple[threading.Event, int]] = {}
+        self._thread: threading.Thread | None = None
+
+    def track(self, owner: str) -> threading.Event:
+        """Start watching the lease ``owner``; the returned event is set to stop its work."""
+        stop = threading.Event()
+        with self._cond:
+            self._held[owner] = (stop, now_ms())
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"agentcanvas-lease-keeper-{self.model.__name__}", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+        return stop
+
+    def untrack(self, owner: str) -> None:
+        with self._cond:
+            self._held.pop(owner, None)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._held:
+                    self._cond.wait()
+            time.sleep(self.poll_seconds)
+            with self._cond:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                self._tick(held)
+            except PeeweeException as exc:
+                # The database is unreachable for now; the lease has slack (a third
+                # of it is renewed at a time), so try again next tick.
+                log.warning("lease keeper could not reach the database: %s", exc)
+
+    def _tick(self, held: dict[str, tuple[threading.Event, int]]) -> None:
+        model = self.model
+        owners = list(held)
+        with db.connection_context():
+            now = now_ms()
+            due = [o for o, (_, renewed) in held.items() if now - renewed >= self.lease_ms // 3]
+            if due:
+                model.update(lease_expires=now + self.lease_ms).where(model.lease_owner.in_(due)).execute()
+            rows = model.select(model.lease_owner, model.cancel_requested).where(
+                model.lease_owner.in_(owners)
+            )
+            flagged = {r.lease_owner for r in rows if r.cancel_requested}
+            present = {r.lease_owner for r in rows}
+        with self._cond:
+            for owner in owners:
+                entry = self._held.get(owner)
+                if entry is None:
+                    continue
+                if owner in due:
+                    self._held[owner] = (entry[0], now)
+                if owner in flagged or owner not in present:
+                    entry[0].set()
