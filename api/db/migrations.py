@@ -19,11 +19,16 @@ from peewee import Database, IntegrityError, OperationalError, TextField
 from playhouse.migrate import SchemaMigrator
 from playhouse.migrate import migrate as run_schema_changes
 
+from api.db import fulltext
 from api.db.database import db
 from api.db.models import (
     Agent,
     AgentVersion,
     ApiToken,
+    Chunk,
+    Dataset,
+    Document,
+    DocumentPiece,
     MemoryEntry,
     MessageLog,
     SchemaVersion,
@@ -54,11 +59,18 @@ def _create_memory_entry(database: Database) -> None:
     MemoryEntry.create_table(safe=True)
 
 
+def _create_knowledge_bases(database: Database) -> None:
+    for model in (Dataset, Document, DocumentPiece, Chunk):
+        model.create_table(safe=True)
+    fulltext.create_schema(database)
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
     (2, "agent.embed_origins: parent origins allowed to frame the embed page", _add_agent_embed_origins),
     (3, "memory_entry: keyed LLM memory that outlives a session", _create_memory_entry),
+    (4, "datasets, documents, chunks and the full-text index", _create_knowledge_bases),
 ]
 
 

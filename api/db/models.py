@@ -15,8 +15,10 @@ import uuid
 from peewee import (
     BigAutoField,
     BigIntegerField,
+    BlobField,
     BooleanField,
     CharField,
+    FloatField,
     IntegerField,
     Model,
     TextField,
@@ -192,4 +194,137 @@ class MemoryEntry(BaseModel):
         indexes = ((("tenant_id", "agent_id", "key_hash", "node_id", "id"), False),)
 
 
-ALL_MODELS = (SchemaVersion, Tenant, ApiToken, Agent, AgentVersion, Session, MessageLog, MemoryEntry)
+class Dataset(BaseModel):
+    """A knowledge base of a tenant (RAGFlow's dataset); see :mod:`api.services.datasets`.
+
+    ``parser_config`` is JSON text; ``embedding_model`` is empty (term search only),
+    a model of the default provider or ``model@provider``.
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    name = CharField(max_length=128)
+    description = TextField(default="")
+    avatar = TextField(default="")
+    embedding_model = CharField(max_length=255, default="")
+    chunk_method = CharField(max_length=32, default="naive")
+    parser_config = TextField(default="{}")
+    permission = CharField(max_length=16, default="me")
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "name"), True),)
+
+
+class Document(BaseModel):
+    """A file of a dataset, and the background task that parses it (see :mod:`api.services.parsing`).
+
+    ``run`` is RAGFlow's state: ``UNSTART``, ``RUNNING`` (queued or being parsed),
+    ``CANCEL``, ``DONE``, ``FAIL``. While ``RUNNING`` the row is a task that any worker
+    may claim with the lease columns (:mod:`api.services.leases`); ``cancel_requested``
+    stops it wherever it runs. The original bytes are kept as :class:`DocumentPiece` rows.
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    dataset_id = CharField(max_length=32)
+    name = CharField(max_length=255)
+    type = CharField(max_length=16)
+    size = BigIntegerField(default=0)
+    chunk_method = CharField(max_length=32, default="naive")
+    parser_config = TextField(default="{}")
+    run = CharField(max_length=16, default="UNSTART")
+    progress = FloatField(default=0.0)
+    progress_msg = TextField(default="")
+    chunk_count = IntegerField(default=0)
+    token_count = BigIntegerField(default=0)
+    process_begin_at = BigIntegerField(null=True)
+    process_duration = FloatField(default=0.0)
+    lease_owner = CharField(max_length=64, null=True)
+    lease_expires = BigIntegerField(default=0)
+    cancel_requested = BooleanField(default=False)
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = (
+            (("dataset_id", "create_time"), False),
+            (("run", "lease_expires"), False),
+        )
+
+
+class DocumentPiece(BaseModel):
+    """A piece of a document's original bytes (pieces fit MySQL's ``max_allowed_packet``)."""
+
+    id = BigAutoField()
+    document_id = CharField(max_length=32)
+    seq = IntegerField()
+    data = BlobField()
+
+    class Meta:
+        indexes = ((("document_id", "seq"), True),)
+
+
+class Chunk(BaseModel):
+    """A piece of a document's text, the unit of retrieval.
+
+    A parsed chunk has ``chunk_index`` (its place in the document): the pair
+    ``(document_id, chunk_index)`` is unique, so a parse resumed by another worker
+    never stores a chunk twice. A chunk added by hand has no index. ``embedding``
+    is the chunk's vector as packed float32, when the dataset has an embedding model.
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    dataset_id = CharField(max_length=32)
+    document_id = CharField(max_length=32)
+    chunk_index = IntegerField(null=True)
+    content = LongTextField(default="")
+    important_keywords = TextField(default="[]")
+    questions = TextField(default="[]")
+    available = BooleanField(default=True)
+    token_count = IntegerField(default=0)
+    embedding = BlobField(null=True)
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = (
+            (("document_id", "chunk_index"), True),
+            (("dataset_id",), False),
+        )
+
+
+class FullTextEntry(BaseModel):
+    """One item of the full-text index (see :mod:`api.db.fulltext`); ``length`` counts its tokens."""
+
+    id = BigAutoField()
+    scope = CharField(max_length=32)
+    group_id = CharField(max_length=64)
+    item_id = CharField(max_length=64)
+    length = IntegerField(default=0)
+    terms = LongTextField(default="")
+
+    class Meta:
+        table_name = "fulltext_entry"
+        indexes = (
+            (("scope", "item_id"), False),
+            (("scope", "group_id"), False),
+        )
+
+
+ALL_MODELS = (
+    SchemaVersion,
+    Tenant,
+    ApiToken,
+    Agent,
+    AgentVersion,
+    Session,
+    MessageLog,
+    MemoryEntry,
+    Dataset,
+    Document,
+    DocumentPiece,
+    Chunk,
+    FullTextEntry,
+)
