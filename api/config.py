@@ -12,6 +12,7 @@ key                       from
 ``DB_MAX_CONNECTIONS``    ``server.db_max_connections``
 ``MAX_CONTENT_LENGTH``    ``limits.max_body_bytes``
 ``PAGE_SIZE``             ``limits.page_size``
+``MAX_TRANSCRIPT_BYTES``  ``session.max_transcript_bytes``
 ``LIMITS``                ``limits`` (the fields of :class:`agent.canvas.Limits`)
 ``SETTINGS``              everything, for services that read other sections
 ========================  =====================================
@@ -34,6 +35,8 @@ DEFAULTS: dict[str, Any] = {
     "CANCEL_POLL_SECONDS": 0.5,
     "MAX_CONTENT_LENGTH": 16 * 1024 * 1024,
     "PAGE_SIZE": 100,
+    # The most bytes a session's message log may hold (its stored transcript).
+    "MAX_TRANSCRIPT_BYTES": 16 * 1024 * 1024,
     "LIMITS": {},
     "SETTINGS": {},
     # Objects handed to every Canvas as ``services`` (e.g. an LLM client factory).
@@ -47,6 +50,7 @@ _FROM_SETTINGS = {
     "DB_MAX_CONNECTIONS": ("server", "db_max_connections"),
     "MAX_CONTENT_LENGTH": ("limits", "max_body_bytes"),
     "PAGE_SIZE": ("limits", "page_size"),
+    "MAX_TRANSCRIPT_BYTES": ("session", "max_transcript_bytes"),
 }
 
 
@@ -80,6 +84,7 @@ def check(config: dict[str, Any]) -> None:
         "MAX_CONTENT_LENGTH",
         "PAGE_SIZE",
         "DB_MAX_CONNECTIONS",
+        "MAX_TRANSCRIPT_BYTES",
     ):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

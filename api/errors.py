@@ -72,6 +72,10 @@ class TooLarge(ApiError):
     code, status = ARGUMENT_ERROR, 413
 
 
+class TranscriptFull(TooLarge):
+    """The session's stored transcript reached ``session.max_transcript_bytes``."""
+
+
 # Runtime errors, most specific first: (type, code, HTTP status).
 _AGENT_ERRORS: tuple[tuple[type[BaseException], int, int], ...] = (
     (agent_errors.InputError, ARGUMENT_ERROR, 400),

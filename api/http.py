@@ -15,6 +15,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.errors import SUCCESS, ArgumentError
 
+#: The most messages one page of a transcript holds (``messages_page_size``).
+MAX_TRANSCRIPT_PAGE_SIZE = 1000
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _TYPE_NAMES = {str: "text", bool: "a boolean", int: "an integer", dict: "an object", list: "a list"}
@@ -129,6 +131,18 @@ def page_args(default_size: int = 30) -> tuple[int, int]:
     """``(page, page_size)`` from the query; page size capped by ``PAGE_SIZE``."""
     cap = int(current_app.config["PAGE_SIZE"])
     return arg_int("page", 1), arg_int("page_size", min(default_size, cap), maximum=cap)
+
+
+def transcript_page_args() -> tuple[int, int]:
+    """``(messages_page, messages_page_size)``: which page of a transcript to answer.
+
+    The page size defaults to ``PAGE_SIZE`` (100) and is at most
+    :data:`MAX_TRANSCRIPT_PAGE_SIZE`.
+    """
+    size = arg_int(
+        "messages_page_size", int(current_app.config["PAGE_SIZE"]), maximum=MAX_TRANSCRIPT_PAGE_SIZE
+    )
+    return arg_int("messages_page", 1, maximum=10**9), size
 
 
 def order_args(allowed: Iterable[str], default: str) -> tuple[str, bool]:

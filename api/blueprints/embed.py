@@ -26,7 +26,7 @@ from api.auth import bearer_token, require_api_token
 from api.blueprints.completions import blocking_reply, sse_reply, turn_request
 from api.db import Agent, db
 from api.errors import ArgumentError, AuthError, TooLarge
-from api.http import flag, json_body, ok, tenant_id
+from api.http import flag, json_body, ok, tenant_id, transcript_page_args
 from api.services import embed
 from api.services.agents import get_agent
 from api.services.tokens import create_token, tenant_for_token
@@ -170,7 +170,8 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
 @bot_bp.get("/agentbots/<agent_id>/sessions/<session_id>")
 def bot_session(agent_id: str, session_id: str) -> ResponseReturnValue:
     end_user = embed.check_end_user(request.args.get("user_id"))
-    return ok(embed.end_user_session(tenant_id(), agent_id, session_id, end_user))
+    page, page_size = transcript_page_args()
+    return ok(embed.end_user_session(tenant_id(), agent_id, session_id, end_user, page, page_size))
 
 
 @bot_bp.post("/agentbots/<agent_id>/sessions/<session_id>/cancel")

@@ -7,7 +7,7 @@ from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.errors import ArgumentError, NotFound
-from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id
+from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id, transcript_page_args
 from api.services import sessions, variables
 from api.services.turns import turn_service
 
@@ -48,8 +48,11 @@ def list_sessions(agent_id: str) -> ResponseReturnValue:
 @bp.get("/agents/<agent_id>/sessions/<session_id>")
 def get_session(agent_id: str, session_id: str) -> ResponseReturnValue:
     with_dsl = arg_flag("dsl", False)
+    page, page_size = transcript_page_args()
     row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl)
-    return ok(sessions.session_json(row, sessions.messages_of([row.id])[row.id], with_dsl))
+    messages, total = sessions.transcript(row.id, page, page_size)
+    paging = {"messages_page": page, "messages_page_size": page_size, "messages_total": total}
+    return ok(sessions.session_json(row, messages, with_dsl, paging))
 
 
 @bp.delete("/agents/<agent_id>/sessions")

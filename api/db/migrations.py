@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from peewee import Database, IntegrityError, OperationalError, TextField
+from peewee import BigIntegerField, BooleanField, Database, Field, IntegrityError, OperationalError, TextField
 from playhouse.migrate import SchemaMigrator
 from playhouse.migrate import migrate as run_schema_changes
 
@@ -47,12 +47,23 @@ def _create_tables(database: Database) -> None:
         model.create_table(safe=True)
 
 
-def _add_agent_embed_origins(database: Database) -> None:
-    # A database made by migration 1 from today's models has the column already.
-    if "embed_origins" in {c.name for c in database.get_columns(Agent._meta.table_name)}:
-        return
+def _add_columns(database: Database, table: str, columns: dict[str, Field]) -> None:
+    """Add the ``columns`` that ``table`` lacks (a database made by migration 1 from
+    today's models has them already)."""
+    present = {c.name for c in database.get_columns(table)}
     migrator = SchemaMigrator.from_database(database)
-    run_schema_changes(migrator.add_column(Agent._meta.table_name, "embed_origins", TextField(null=True)))
+    changes = [migrator.add_column(table, name, f) for name, f in columns.items() if name not in present]
+    if changes:
+        run_schema_changes(*changes)
+
+
+def _add_agent_embed_origins(database: Database) -> None:
+    _add_columns(database, Agent._meta.table_name, {"embed_origins": TextField(null=True)})
+
+
+def _add_transcript_columns(database: Database) -> None:
+    _add_columns(database, Session._meta.table_name, {"transcript_bytes": BigIntegerField(default=0)})
+    _add_columns(database, MessageLog._meta.table_name, {"abandoned": BooleanField(default=False)})
 
 
 def _create_memory_entry(database: Database) -> None:
@@ -71,6 +82,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (2, "agent.embed_origins: parent origins allowed to frame the embed page", _add_agent_embed_origins),
     (3, "memory_entry: keyed LLM memory that outlives a session", _create_memory_entry),
     (4, "datasets, documents, chunks and the full-text index", _create_knowledge_bases),
+    (5, "session.transcript_bytes (transcript cap), message_log.abandoned", _add_transcript_columns),
 ]
 
 

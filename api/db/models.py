@@ -140,6 +140,9 @@ class Session(BaseModel):
     completion_tokens = BigIntegerField(default=0)
     total_tokens = BigIntegerField(default=0)
     last_error = TextField(null=True)
+    # Bytes of the session's message log (content and meta), capped by
+    # session.max_transcript_bytes (see api.services.turns).
+    transcript_bytes = BigIntegerField(default=0)
     create_time = BigIntegerField(default=now_ms)
     update_time = BigIntegerField(default=now_ms)
 
@@ -151,7 +154,11 @@ class Session(BaseModel):
 
 
 class MessageLog(BaseModel):
-    """The append-only transcript of a session (the snapshot keeps only a bounded history)."""
+    """The append-only transcript of a session (the snapshot keeps only a bounded history).
+
+    ``abandoned`` marks the messages of a turn that a regenerate or an undo took back:
+    they stay in the log, but the session's state no longer follows them.
+    """
 
     id = BigAutoField()
     session_id = CharField(max_length=32)
@@ -160,6 +167,7 @@ class MessageLog(BaseModel):
     content = LongTextField(default="")
     message_id = CharField(max_length=64, default="")
     meta = LongTextField(null=True)
+    abandoned = BooleanField(default=False)
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:

@@ -32,7 +32,7 @@ from agent.forms import public_form
 from api.db import Agent, Session, write_transaction
 from api.errors import ArgumentError
 from api.services.agents import get_agent
-from api.services.sessions import messages_of
+from api.services.sessions import transcript
 from api.services.turns import Turn, TurnResult, effective_status, turn_service
 
 #: The end-user id the page makes: 16 random bytes as 32 hex digits; UUIDs and
@@ -234,19 +234,25 @@ def bot_info(tenant_id: str, agent_id: str, limits: Any) -> dict:
     }
 
 
-def end_user_session(tenant_id: str, agent_id: str, session_id: str, end_user: str) -> dict:
+def end_user_session(
+    tenant_id: str, agent_id: str, session_id: str, end_user: str, page: int = 1, page_size: int = 100
+) -> dict:
     """An end user's own session for the page to show again after a reload.
 
-    ``form`` is the form still waiting (the fields last asked for), or ``None``.
+    ``message`` is one page of the conversation (page 1: the most recent messages),
+    without the answers a regenerate took back. ``form`` is the form still waiting
+    (the fields last asked for), or ``None``.
     """
     get_agent(tenant_id, agent_id)
     row = turn_service().find_session(tenant_id, agent_id, session_id, end_user, fields=_HISTORY_FIELDS)
-    messages = messages_of([row.id])[row.id]
+    messages, total = transcript(row.id, page, page_size, abandoned=False)
     status = effective_status(row)
     form = None
     if row.pending_form:
-        asked = next((m for m in reversed(messages) if m["role"] == "assistant" and m.get("form")), None)
-        if asked is not None:
+        # The form was asked by the last message, whichever page was asked for.
+        last = messages if page == 1 else transcript(row.id, 1, 1, abandoned=False)[0]
+        asked = last[-1] if last else None
+        if asked is not None and asked["role"] == "assistant" and asked.get("form"):
             form = {"component_id": asked.get("component_id"), "inputs": asked["form"]}
     return {
         "id": row.id,
@@ -255,6 +261,9 @@ def end_user_session(tenant_id: str, agent_id: str, session_id: str, end_user: s
         "pending_form": row.pending_form,
         "form": form,
         "message": messages,
+        "messages_page": page,
+        "messages_page_size": page_size,
+        "messages_total": total,
     }
 
 

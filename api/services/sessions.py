@@ -64,24 +64,47 @@ def get_session(tenant_id: str, agent_id: str, session_id: str, with_dsl: bool =
     return turn_service().find_session(tenant_id, agent_id, session_id, fields=fields)
 
 
-def messages_of(session_ids: list[str]) -> dict[str, list[dict]]:
-    """The message log of each session, oldest first."""
-    out: dict[str, list[dict]] = {sid: [] for sid in session_ids}
-    if not session_ids:
-        return out
-    query = MessageLog.select().where(MessageLog.session_id.in_(session_ids)).order_by(MessageLog.id)
-    for row in query:
-        message = {
-            "role": row.role,
-            "content": row.content,
-            "id": row.message_id or None,
-            "round": row.round,
-            "created_at": row.create_time / 1000,
-        }
-        if row.meta:
-            message.update(json.loads(row.meta))
-        out[row.session_id].append(message)
-    return out
+def transcript(
+    session_id: str, page: int = 1, page_size: int = 100, abandoned: bool = True
+) -> tuple[list[dict], int]:
+    """One page of a session's message log and the number of messages in it.
+
+    Page 1 holds the most recent ``page_size`` messages, page 2 the ones before them,
+    and so on; each page is in order, oldest first. ``abandoned=False`` leaves out the
+    messages a regenerate or an undo took back (what the embed page shows).
+    """
+    cond = MessageLog.session_id == session_id
+    if not abandoned:
+        cond &= MessageLog.abandoned == False  # noqa: E712 - peewee builds SQL from ==
+    total = MessageLog.select().where(cond).count()
+    rows = list(
+        MessageLog.select()
+        .where(cond)
+        .order_by(MessageLog.id.desc())
+        .limit(page_size)
+        .offset((page - 1) * page_size)
+    )
+    return [_message_json(row) for row in reversed(rows)], total
+
+
+def _message_json(row: MessageLog) -> dict:
+    message = {
+        "role": row.role,
+        "content": row.content,
+        "id": row.message_id or None,
+        "round": row.round,
+        "created_at": row.create_time / 1000,
+    }
+    if row.meta:
+        message.update(json.loads(row.meta))
+    if row.abandoned:
+        message["abandoned"] = True
+    return message
+
+
+def messages_of(session_ids: list[str], page_size: int = 100) -> dict[str, list[dict]]:
+    """The most recent ``page_size`` messages of each session, oldest first."""
+    return {sid: transcript(sid, 1, page_size)[0] for sid in session_ids}
 
 
 def delete_sessions(tenant_id: str, agent_id: str, ids: object) -> tuple[int, list[str]]:
@@ -109,8 +132,14 @@ def delete_sessions(tenant_id: str, agent_id: str, ids: object) -> tuple[int, li
     return len(found), errors
 
 
-def session_json(row: Session, messages: list[dict] | None = None, with_dsl: bool = False) -> dict:
-    """A session in RAGFlow's shape (``id``, ``agent_id``, ``message``, times) plus our state."""
+def session_json(
+    row: Session, messages: list[dict] | None = None, with_dsl: bool = False, paging: dict | None = None
+) -> dict:
+    """A session in RAGFlow's shape (``id``, ``agent_id``, ``message``, times) plus our state.
+
+    ``paging`` (``messages_page``, ``messages_page_size``, ``messages_total``) tells
+    which page of the transcript ``message`` is.
+    """
     out = {
         "id": row.id,
         "agent_id": row.agent_id,
@@ -134,6 +163,8 @@ def session_json(row: Session, messages: list[dict] | None = None, with_dsl: boo
     }
     if messages is not None:
         out["message"] = messages
+    if paging:
+        out.update(paging)
     if with_dsl:
         out["dsl"] = json.loads(row.snapshot)
     return out

@@ -45,7 +45,7 @@ from agent.errors import SnapshotTooLarge
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.prepared import Prepared
-from api.errors import ArgumentError, Busy, NotFound
+from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
 from api.services import variables as variables_service
 from api.services.agents import get_agent
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
@@ -181,6 +181,7 @@ class TurnService:
     def __init__(self, config: dict[str, Any]):
         self.lease_ms = int(float(config["LEASE_SECONDS"]) * 1000)
         self.limits = canvas_limits(config)
+        self.max_transcript_bytes = int(config["MAX_TRANSCRIPT_BYTES"])
         # The runtime reads its LLM and Invoke settings from these services when given
         # (else it reads conf/ itself, once per canvas): hand it the app's, already
         # layered with the environment and the app's config.
@@ -234,6 +235,7 @@ class TurnService:
                 user_id=user_id,
                 source=source,
                 snapshot=str(canvas),
+                transcript_bytes=len(prologue.encode("utf-8")),
                 create_time=now,
                 update_time=now,
             )
@@ -306,6 +308,7 @@ class TurnService:
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
+        self._check_transcript_room(row)
         services = {**self.services, **(req.services or {}), "memory_store": _memory_store(req)}
         canvas = Canvas(row.snapshot, limits=self.limits, services=services)
         pending = canvas.pending_form()
@@ -344,6 +347,19 @@ class TurnService:
         )
         turn._thread.start()
         return turn
+
+    def _check_transcript_room(self, row: Session) -> None:
+        """Refuse a turn on a session whose stored transcript is full (nothing changes).
+
+        Checked before the turn runs, so a turn that started is saved whole: the log
+        can pass the cap by at most one turn.
+        """
+        if row.transcript_bytes >= self.max_transcript_bytes:
+            raise TranscriptFull(
+                f"session {row.id!r} is full: its transcript holds {row.transcript_bytes} bytes and the "
+                f"limit is {self.max_transcript_bytes} (session.max_transcript_bytes); start a new session "
+                f"to go on"
+            )
 
     def _claim(self, row: Session, task_id: str, canvas: Canvas) -> _Claim:
         owner = new_owner()
@@ -454,6 +470,7 @@ class TurnService:
                 pending_form=pending.id if pending is not None else None,
             )
             rows = _log_rows(claim, req, result, now, canvas.accepted_inputs)
+            values["bytes"] = sum(_stored_bytes(row) for row in rows)
             save = _SAVE_TURN
         else:
             error = result.error or ""
@@ -601,6 +618,7 @@ def _save(succeeded: bool) -> Prepared:
                     Session.pending_form: m("pending_form"),
                     Session.round: Session.round + 1,
                     Session.last_error: None,
+                    Session.transcript_bytes: Session.transcript_bytes + m("bytes"),
                 }
             )
         else:
@@ -678,6 +696,11 @@ def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
         k: int(usage.get(k) or 0) - int(before.get(k) or 0)
         for k in ("prompt_tokens", "completion_tokens", "total_tokens")
     }
+
+
+def _stored_bytes(row: dict) -> int:
+    """What a message-log row counts against ``session.max_transcript_bytes``."""
+    return len((row.get("content") or "").encode("utf-8")) + len((row.get("meta") or "").encode("utf-8"))
 
 
 def _log_rows(

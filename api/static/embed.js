@@ -724,11 +724,50 @@
       .join("\n");
   }
 
+  // ------------------------------------------------------------------ transcript pages
+  // The server answers a conversation a page at a time, the most recent first: a reload
+  // shows the last page, and older pages come one by one on request.
+  function sessionPath(sessionId) {
+    return (
+      "/agentbots/" + encodeURIComponent(agentId) + "/sessions/" + encodeURIComponent(sessionId) +
+      "?user_id=" + encodeURIComponent(state.userId)
+    );
+  }
+
+  function offerEarlier(sessionId, page, shown, total) {
+    if (!total || shown >= total) return;
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "secondary earlier";
+    button.textContent = "Show earlier messages";
+    els.messages.insertBefore(button, els.messages.firstChild);
+    button.addEventListener("click", function () {
+      button.disabled = true;
+      getJSON(sessionPath(sessionId) + "&messages_page=" + (page + 1)).then(
+        function (older) {
+          var first = button.nextSibling;
+          button.remove();
+          var lastForm = state.info.inputs || {};
+          var messages = older.message || [];
+          messages.forEach(function (m) {
+            var text = m.role === "user" ? userTextOf(m, lastForm) : m.content;
+            if (m.form) lastForm = m.form;
+            if (text) els.messages.insertBefore(addMessage(m.role === "user" ? "user" : "assistant", text).item, first);
+          });
+          els.messages.scrollTop = 0;
+          offerEarlier(sessionId, page + 1, shown + messages.length, older.messages_total);
+        },
+        function (err) {
+          button.disabled = false;
+          showStatus(err instanceof ChatError ? err.message : "Earlier messages could not be loaded.", "error");
+        }
+      );
+    });
+  }
+
   // Shows the stored conversation again; false when there is none to show.
   function restore(sessionId) {
-    var path =
-      "/agentbots/" + encodeURIComponent(agentId) + "/sessions/" + encodeURIComponent(sessionId) +
-      "?user_id=" + encodeURIComponent(state.userId);
+    var path = sessionPath(sessionId);
     return getJSON(path).then(
       function (session) {
         els.messages.textContent = "";
@@ -746,6 +785,7 @@
           }
         });
         if (session.form && lastItem) showPendingForm(lastItem, session.form.inputs || {});
+        offerEarlier(session.id, 1, (session.message || []).length, session.messages_total);
         if (session.status === "running") {
           showStatus("An answer is still being written; it will appear here when it is done.");
           window.setTimeout(function () {
