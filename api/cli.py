@@ -148,16 +148,35 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- serving
-def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -> int:
-    """Run the app: gunicorn (threaded workers), or Flask's own server with ``dev``."""
-    config = _open_db()
-    if dev:
-        from api import create_app
+def access_log_target(settings: dict[str, Any] | None = None) -> str | None:
+    """Where gunicorn writes its access log: off unless ``AGENTCANVAS_ACCESS_LOG`` says.
 
-        create_app().run(host=host, port=port, threaded=True)
-        return 0
-    # Schema is up to date; drop this process's connections before gunicorn forks.
-    db.obj.close_all()
+    ``1``/``true``/``on``/``-`` log to standard output; any other text is a file path;
+    unset, empty, ``0``, ``false`` or ``off`` leave it off (one line per request costs
+    a worker more than routing the request does).
+    """
+    settings = load_settings() if settings is None else settings
+    value = (settings.get("access") or {}).get("log")
+    if value in (None, "", False, 0) or (
+        isinstance(value, str) and value.lower() in ("0", "false", "off", "no")
+    ):
+        return None
+    if (
+        value is True
+        or value == 1
+        or (isinstance(value, str) and value.lower() in ("1", "true", "on", "yes", "-"))
+    ):
+        return "-"
+    return str(value)
+
+
+def run_gunicorn(
+    load_app: Callable[[], Any], host: str, port: int, workers: int, threads: int, max_seconds: float = 600
+) -> None:
+    """Serve the WSGI app ``load_app()`` builds (in each worker) with our gunicorn settings.
+
+    ``bench/http.py`` serves its floor app through this too, so both run alike.
+    """
     from gunicorn.app.base import BaseApplication
 
     class Server(BaseApplication):
@@ -168,9 +187,9 @@ def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -
                 "threads": threads,
                 "worker_class": "gthread",
                 # Turns may stream for minutes; the worker heartbeat is separate.
-                "timeout": max(120, int(float(config["LIMITS"].get("max_seconds", 600))) + 60),
+                "timeout": max(120, int(float(max_seconds)) + 60),
                 "graceful_timeout": 30,
-                "accesslog": "-",
+                "accesslog": access_log_target(),
                 "errorlog": "-",
             }
             if "control_socket_disable" in self.cfg.settings:
@@ -181,11 +200,22 @@ def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -
                 self.cfg.set(key, value)
 
         def load(self):  # noqa: ANN202 - gunicorn's signature
-            from api import create_app
-
-            return create_app()
+            return load_app()
 
     Server().run()
+
+
+def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -> int:
+    """Run the app: gunicorn (threaded workers), or Flask's own server with ``dev``."""
+    config = _open_db()
+    from api import create_app
+
+    if dev:
+        create_app().run(host=host, port=port, threaded=True)
+        return 0
+    # Schema is up to date; drop this process's connections before gunicorn forks.
+    db.obj.close_all()
+    run_gunicorn(create_app, host, port, workers, threads, config["LIMITS"].get("max_seconds", 600))
     return 0
 
 

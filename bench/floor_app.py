@@ -1,0 +1,165 @@
+"""The floor of ``bench/http.py``: the least a durable turn over HTTP can cost.
+
+A bare Flask app served by the same gunicorn settings as ``agentcanvas serve``
+(:func:`api.cli.run_gunicorn`). Each ``POST /turn`` does one equivalent database
+transaction with the same driver we use (sqlite3 / pymysql, no ORM): read the
+session's snapshot row, parse it, append the exchange to its bounded history, write
+it back where the version still matches, append two message rows, commit.
+
+    python bench/floor_app.py --db URL --port P [--workers N] [--threads N]
+    python bench/floor_app.py --db URL --seed SNAPSHOT_FILE --sessions N   # make the rows
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# bench/http.py sits beside this file: keep the folder off the path (see there).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
+sys.path.insert(0, os.path.dirname(HERE))
+
+import argparse  # noqa: E402
+import sqlite3  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from urllib.parse import urlparse  # noqa: E402
+
+import orjson  # noqa: E402
+from flask import Flask, jsonify, request  # noqa: E402
+
+SCHEMA = (
+    "CREATE TABLE floor_session (id VARCHAR(32) PRIMARY KEY, snapshot LONGTEXT NOT NULL, version BIGINT NOT NULL)",
+    "CREATE TABLE floor_message (id {autoid}, session_id VARCHAR(32) NOT NULL, role VARCHAR(16) NOT NULL, "
+    "content LONGTEXT NOT NULL, create_time BIGINT NOT NULL)",
+)
+
+
+class Store:
+    """One connection per thread to the database ``url`` names (sqlite:/// or mysql://)."""
+
+    def __init__(self, url: str):
+        parsed = urlparse(url)
+        self.sqlite = parsed.scheme == "sqlite"
+        self.mark = "?" if self.sqlite else "%s"
+        if self.sqlite:
+            path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+            self.connect_args = {"path": path}
+        else:
+            self.connect_args = {
+                "host": parsed.hostname or "127.0.0.1",
+                "port": parsed.port or 3306,
+                "user": parsed.username or "root",
+                "password": parsed.password or "",
+                "database": parsed.path.lstrip("/"),
+            }
+        self._local = threading.local()
+
+    def conn(self):  # noqa: ANN201 - a DB-API connection of either driver
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self.sqlite:
+                # As api.db.database opens SQLite: WAL, synchronous=NORMAL, a busy timeout.
+                conn = sqlite3.connect(
+                    self.connect_args["path"], isolation_level=None, check_same_thread=False, timeout=30
+                )
+                conn.execute("PRAGMA journal_mode=wal")
+                conn.execute("PRAGMA synchronous=normal")
+                conn.execute("PRAGMA busy_timeout=30000")
+            else:
+                import pymysql
+                from pymysql.constants import CLIENT
+
+                conn = pymysql.connect(
+                    charset="utf8mb4", autocommit=False, client_flag=CLIENT.FOUND_ROWS, **self.connect_args
+                )
+            self._local.conn = conn
+        return conn
+
+    def seed(self, snapshot: str, sessions: int) -> None:
+        conn = self.conn()
+        autoid = "INTEGER PRIMARY KEY" if self.sqlite else "BIGINT AUTO_INCREMENT PRIMARY KEY"
+        cur = conn.cursor()
+        for statement in SCHEMA:
+            cur.execute(statement.format(autoid=autoid))
+        cur.executemany(
+            f"INSERT INTO floor_session VALUES ({self.mark}, {self.mark}, 1)",
+            [(f"s{i}", snapshot) for i in range(sessions)],
+        )
+        conn.commit()
+
+    def turn(self, session_id: str, user: str, assistant: str) -> int:
+        """The one transaction; returns the new version (0: the version moved meanwhile)."""
+        conn = self.conn()
+        m = self.mark
+        cur = conn.cursor()
+        if self.sqlite:
+            cur.execute("BEGIN IMMEDIATE")
+        try:
+            cur.execute(f"SELECT snapshot, version FROM floor_session WHERE id={m}", (session_id,))
+            row = cur.fetchone()
+            if row is None:
+                conn.rollback()
+                return -1
+            snapshot, version = orjson.loads(row[0]), row[1]
+            history = snapshot.setdefault("history", [])
+            history.extend([["user", user], ["assistant", assistant]])
+            del history[:-100]  # bounded, as our snapshot
+            cur.execute(
+                f"UPDATE floor_session SET snapshot={m}, version=version+1 WHERE id={m} AND version={m}",
+                (orjson.dumps(snapshot).decode(), session_id, version),
+            )
+            if cur.rowcount != 1:
+                conn.rollback()
+                return 0
+            now = int(time.time() * 1000)
+            cur.executemany(
+                f"INSERT INTO floor_message (session_id, role, content, create_time) VALUES ({m}, {m}, {m}, {m})",
+                [(session_id, "user", user, now), (session_id, "assistant", assistant, now)],
+            )
+            conn.commit()
+            return version + 1
+        except BaseException:
+            conn.rollback()
+            raise
+
+
+def make_app(url: str) -> Flask:
+    app = Flask(__name__)
+    store = Store(url)
+
+    @app.post("/turn")
+    def turn():  # noqa: ANN202 - a Flask view
+        body = request.get_json()
+        user = body.get("question") or orjson.dumps(body.get("inputs") or {}).decode()
+        version = store.turn(body["session_id"], user, "Thanks")
+        if version <= 0:
+            return jsonify({"code": 409, "message": "busy or missing"}), 409
+        return jsonify({"code": 0, "data": {"session_id": body["session_id"], "version": version}})
+
+    return app
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--seed", help="a file holding the snapshot every session starts from")
+    parser.add_argument("--sessions", type=int, default=0)
+    args = parser.parse_args()
+    if args.seed:
+        with open(args.seed, encoding="utf-8") as fh:
+            Store(args.db).seed(fh.read(), args.sessions)
+        return 0
+    from api.cli import run_gunicorn
+
+    sys.argv = sys.argv[:1]  # gunicorn reads the command line too
+    run_gunicorn(lambda: make_app(args.db), "127.0.0.1", args.port, args.workers, args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,522 @@
+"""Turns over HTTP: ``agentcanvas serve`` against a floor app, side by side in one run.
+
+Closed-loop keep-alive clients (1, 4, 16, 64 at once) each own a session and play
+the intake sample's form turn: a blocking completion that pauses at the form, then
+one that resumes it with the answers. The subjects, all started before the first
+measurement and served with the same gunicorn settings (``--workers``/``--threads``):
+
+* **ours**: ``agentcanvas serve`` (token check, turn service, canvas, commit);
+* **floor**: ``bench/floor_app.py``, a bare Flask app doing one equivalent database
+  transaction per request (read the 6 KB snapshot row, parse it, write it back with
+  a version check, append two message rows) with the same driver;
+* **langgraph**: ``langgraph dev`` (``langgraph-cli[inmem]``, the ``bench`` extra)
+  running the same greet → interrupt → reply graph, where it is installed;
+
+on SQLite and on MariaDB. Measurement is interleaved: each round runs every subject
+at every concurrency for ``--seconds``, and the figures are medians over the rounds,
+with their spread (min–max). A ratio is always of two subjects measured in the same
+round, one right after the other.
+
+    .venv/bin/python bench/http.py [--clients 1,4,16,64] [--rounds 5] [--seconds 3] [--no-mysql]
+    .venv/bin/python bench/http.py --check     # CI: fail if ours/floor > 2x the recorded ratio
+    .venv/bin/python bench/http.py --record    # measure and write bench/http_baseline.json
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This file is called http.py: keep its folder off the path, or ``import http``
+# (done by every HTTP library) would find it instead of the standard library's.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
+MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+BASELINE = os.path.join(HERE, "http_baseline.json")
+BIN = os.path.dirname(sys.executable)
+
+
+def intake_dsl() -> dict:
+    with open(os.path.join(ROOT, "samples", "intake_form.json"), encoding="utf-8") as fh:
+        return json.load(fh)["dsl"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------- a tiny HTTP client
+def http_request(method: str, path: str, body: dict | None = None, headers: dict | None = None) -> bytes:
+    """One HTTP/1.1 request as bytes (keep-alive, JSON body)."""
+    payload = json.dumps(body).encode() if body is not None else b""
+    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(payload)}"]
+    if body is not None:
+        head.append("Content-Type: application/json")
+    head += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    length, chunked = 0, False
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value)
+        elif name == "transfer-encoding" and "chunked" in value.lower():
+            chunked = True
+    if not chunked:
+        return status, await reader.readexactly(length)
+    body = b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            return status, body
+        body += chunk[:-2]
+
+
+def call(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
+    """A single request outside the measurement (set-up); the reply's JSON."""
+
+    async def go() -> tuple[int, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(http_request(method, path, body, {**(headers or {}), "Connection": "close"}))
+        await writer.drain()
+        try:
+            return await read_response(reader)
+        finally:
+            writer.close()
+
+    status, raw = asyncio.run(go())
+    if status >= 300:
+        raise RuntimeError(f"{method} {path} answered {status}: {raw[:300]!r}")
+    return json.loads(raw) if raw else {}
+
+
+def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {seconds} s")
+
+
+# ---------------------------------------------------------------- the subjects
+@dataclass
+class Client:
+    """One closed-loop client: its requests, played in a cycle across phases."""
+
+    requests: list[bytes]
+    next: int = 0
+
+
+@dataclass
+class Subject:
+    name: str
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    clients: list[Client] = field(default_factory=list)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def start_ours(url: str, workers: int, threads: int, sessions: int) -> Subject:
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url}
+    env.pop("AGENTCANVAS_ACCESS_LOG", None)
+    cli = os.path.join(BIN, "agentcanvas")
+    out = subprocess.run(
+        [cli, "token", "create", "--tenant", f"bench-{uuid.uuid4().hex[:6]}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    token = out.strip().splitlines()[-1].split()[-1]
+    subject = Subject("ours", free_port())
+    subject.proc = subprocess.Popen(
+        [cli, "serve", "--port", str(subject.port), "--workers", str(workers), "--threads", str(threads)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(subject.port, subject.proc)
+    auth = {"Authorization": f"Bearer {token}"}
+    title = f"intake-{uuid.uuid4().hex[:6]}"
+    agent_id = call(subject.port, "POST", "/api/v1/agents", {"title": title, "dsl": intake_dsl()}, auth)[
+        "data"
+    ]["id"]
+    path = f"/api/v1/agents/{agent_id}/completions"
+    for _ in range(sessions):
+        sid = call(subject.port, "POST", f"/api/v1/agents/{agent_id}/sessions", {}, auth)["data"]["id"]
+        bodies = [{"question": "sign me up"}, {"inputs": ANSWERS}]
+        subject.clients.append(
+            Client(
+                [http_request("POST", path, {"session_id": sid, "stream": False, **b}, auth) for b in bodies]
+            )
+        )
+    return subject
+
+
+def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -> Subject:
+    from agent.canvas import Canvas
+
+    canvas = Canvas(intake_dsl())
+    canvas.reset()
+    seed = os.path.join(tmp, "floor-seed.json")
+    with open(seed, "w", encoding="utf-8") as fh:
+        fh.write(str(canvas))
+    script = os.path.join(HERE, "floor_app.py")
+    subprocess.run(
+        [sys.executable, script, "--db", url, "--seed", seed, "--sessions", str(sessions)], check=True
+    )
+    subject = Subject("floor", free_port())
+    subject.proc = subprocess.Popen(
+        [
+            sys.executable,
+            script,
+            "--db",
+            url,
+            "--port",
+            str(subject.port),
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(subject.port, subject.proc)
+    for i in range(sessions):
+        bodies = [{"question": "sign me up"}, {"inputs": ANSWERS}]
+        subject.clients.append(
+            Client(
+                [http_request("POST", "/turn", {"session_id": f"s{i}", "stream": False, **b}) for b in bodies]
+            )
+        )
+    return subject
+
+
+LANGGRAPH_GRAPH = """
+from typing import Annotated, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+
+def bounded(old, new):
+    return (old + new)[-100:]
+
+
+class State(TypedDict, total=False):
+    history: Annotated[list, bounded]
+    query: str
+    form: dict
+
+
+def greet(state):
+    return {"history": [["user", state["query"]]]}
+
+
+def ask(state):
+    return {"form": interrupt({"fields": ["name", "age", "plan", "notes"]})}
+
+
+def reply(state):
+    return {"history": [["assistant", f"Thanks {state['form']['name']}"]]}
+
+
+builder = StateGraph(State)
+builder.add_node("greet", greet)
+builder.add_node("ask", ask)
+builder.add_node("reply", reply)
+builder.add_edge(START, "greet")
+builder.add_edge("greet", "ask")
+builder.add_edge("ask", "reply")
+builder.add_edge("reply", END)
+graph = builder.compile()
+"""
+
+
+def start_langgraph(workers: int, sessions: int, tmp: str) -> Subject | None:
+    cli = os.path.join(BIN, "langgraph")
+    if not os.path.exists(cli):
+        return None
+    folder = os.path.join(tmp, "langgraph")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "intake.py"), "w", encoding="utf-8") as fh:
+        fh.write(LANGGRAPH_GRAPH)
+    with open(os.path.join(folder, "langgraph.json"), "w", encoding="utf-8") as fh:
+        json.dump({"dependencies": ["."], "graphs": {"intake": "./intake.py:graph"}}, fh)
+    subject = Subject("langgraph", free_port())
+    env = {**os.environ, "N_JOBS_PER_WORKER": str(workers), "LANGGRAPH_RUNTIME_EDITION": "inmem"}
+    subject.proc = subprocess.Popen(
+        [cli, "dev", "--port", str(subject.port), "--no-browser", "--no-reload"],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(subject.port, subject.proc, 120)
+        for _ in range(200):
+            try:
+                call(subject.port, "GET", "/ok")
+                break
+            except (OSError, RuntimeError):
+                time.sleep(0.1)
+        for _ in range(sessions):
+            tid = call(subject.port, "POST", "/threads", {})["thread_id"]
+            path = f"/threads/{tid}/runs/wait"
+            bodies = [
+                {"assistant_id": "intake", "input": {"query": "sign me up"}},
+                {"assistant_id": "intake", "command": {"resume": ANSWERS}},
+            ]
+            subject.clients.append(Client([http_request("POST", path, b) for b in bodies]))
+    except RuntimeError as exc:
+        print(f"  langgraph dev did not start: {exc}", file=sys.stderr)
+        subject.stop()
+        return None
+    return subject
+
+
+# ---------------------------------------------------------------- measuring
+@dataclass
+class Phase:
+    rps: float
+    p50_ms: float
+    errors: int
+
+
+async def _client_loop(
+    port: int, client: Client, t_start: float, t_end: float, out: list, errs: list
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= t_end:
+                return
+            writer.write(client.requests[client.next])
+            await writer.drain()
+            status, _ = await read_response(reader)
+            t1 = time.perf_counter()
+            if status != 200:
+                errs.append(status)
+            else:
+                client.next = (client.next + 1) % len(client.requests)
+            if t0 >= t_start and t1 <= t_end:
+                out.append(t1 - t0)
+    finally:
+        writer.close()
+
+
+def measure(subject: Subject, clients: int, seconds: float, warmup: float) -> Phase:
+    """Run ``clients`` closed-loop clients for ``warmup + seconds``; count the last ``seconds``."""
+
+    async def go() -> tuple[list, list]:
+        now = time.perf_counter()
+        t_start, t_end = now + warmup, now + warmup + seconds
+        out: list[float] = []
+        errs: list[int] = []
+        await asyncio.gather(
+            *(_client_loop(subject.port, c, t_start, t_end, out, errs) for c in subject.clients[:clients])
+        )
+        return out, errs
+
+    latencies, errors = asyncio.run(go())
+    return Phase(
+        rps=len(latencies) / seconds,
+        p50_ms=statistics.median(latencies) * 1000 if latencies else float("nan"),
+        errors=len(errors),
+    )
+
+
+def mysql_database() -> tuple[str, object]:
+    import pymysql
+
+    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
+    conn = pymysql.connect(**MYSQL)
+    with conn.cursor() as c:
+        c.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    conn.close()
+
+    def drop() -> None:
+        conn = pymysql.connect(**MYSQL)
+        with conn.cursor() as c:
+            c.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        conn.close()
+
+    return name, drop
+
+
+def spread(values: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
+
+
+def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
+    """Measure; print the tables; return {backend: {clients: [ours/floor per round]}}."""
+    levels = [int(c) for c in args.clients.split(",")]
+    sessions = max(levels)
+    tmp = tempfile.mkdtemp(prefix="agentcanvas-bench-http-")
+    cleanups: list = []
+    subjects: dict[str, list[Subject]] = {}
+    try:
+        backends = [("sqlite", lambda who: f"sqlite:///{tmp}/{who}.db")]
+        if not args.no_mysql:
+
+            def mysql_url(who: str) -> str:
+                name, drop = mysql_database()
+                cleanups.append(drop)
+                return f"mysql://root@127.0.0.1:3306/{name}"
+
+            backends.append(("mariadb", mysql_url))
+        for backend, url_for in backends:
+            subjects[backend] = [
+                start_ours(url_for("ours"), args.workers, args.threads, sessions),
+                start_floor(url_for("floor"), args.workers, args.threads, sessions, tmp),
+            ]
+        if not args.no_langgraph:
+            lg = start_langgraph(args.workers, sessions, tmp)
+            if lg is not None:
+                subjects["sqlite"].append(lg)  # in memory: listed once, beside the SQLite rows
+            else:
+                print("  langgraph dev not installed (pip install -e '.[bench]'): left out", file=sys.stderr)
+
+        results: dict[tuple[str, str, int], list[Phase]] = {}
+        for r in range(args.rounds):
+            for backend, group in subjects.items():
+                for level in levels:
+                    for subject in group:
+                        phase = measure(subject, level, args.seconds, args.warmup)
+                        results.setdefault((backend, subject.name, level), []).append(phase)
+            print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        for group in subjects.values():
+            for subject in group:
+                subject.stop()
+        for drop in cleanups:
+            drop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    ratios: dict[str, dict[int, list[float]]] = {}
+    print(
+        f"\nturns over HTTP: {args.workers} workers x {args.threads} threads each, {args.rounds} rounds of "
+        f"{args.seconds:g} s per cell, interleaved; median [min–max] over rounds"
+    )
+    print(f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'errors':>8}")
+    for backend, group in subjects.items():
+        for level in levels:
+            for subject in group:
+                phases = results[(backend, subject.name, level)]
+                print(
+                    f"{backend:<9}{level:>8}  {subject.name:<10}{spread([p.rps for p in phases]):>22}"
+                    f"{spread([p.p50_ms for p in phases], '{:.2f}'):>24}{sum(p.errors for p in phases):>8}"
+                )
+    print("\ncost per request, ratio of two subjects measured in the same round: median [min–max]")
+    for backend, group in subjects.items():
+        names = [s.name for s in group]
+        for level in levels:
+            ours = results[(backend, "ours", level)]
+            floor = results[(backend, "floor", level)]
+            per_round = [f.rps / o.rps if o.rps else float("inf") for o, f in zip(ours, floor, strict=True)]
+            ratios.setdefault(backend, {})[level] = per_round
+            line = f"  {backend:<8}{level:>3} clients  ours/floor {spread(per_round, '{:.2f}')}"
+            if "langgraph" in names:
+                lg = results[(backend, "langgraph", level)]
+                vs = [o.rps / g.rps if g.rps else float("inf") for o, g in zip(ours, lg, strict=True)]
+                line += f"   langgraph/ours {spread(vs, '{:.2f}')}"
+            print(line)
+    return ratios
+
+
+def check(ratios: dict[str, dict[int, list[float]]], record: bool) -> int:
+    measured = {
+        b: {str(c): round(statistics.median(v), 3) for c, v in by.items()} for b, by in ratios.items()
+    }
+    if record:
+        with open(BASELINE, "w", encoding="utf-8") as fh:
+            json.dump(measured, fh, indent=2)
+            fh.write("\n")
+        print(f"recorded {BASELINE}: {measured}")
+        return 0
+    with open(BASELINE, encoding="utf-8") as fh:
+        recorded = json.load(fh)
+    failed = []
+    for backend, by in measured.items():
+        for level, ratio in by.items():
+            base = (recorded.get(backend) or {}).get(level)
+            if base is None:
+                continue
+            verdict = "ok" if ratio <= 2 * base else "TOO SLOW"
+            print(
+                f"  {backend} {level} clients: ours/floor {ratio:.2f} (recorded {base:.2f}, limit {2 * base:.2f}) {verdict}"
+            )
+            if ratio > 2 * base:
+                failed.append(f"{backend}@{level}")
+    if failed:
+        print(f"ours/floor is more than twice the recorded ratio at {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=0.5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--no-mysql", action="store_true")
+    parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument("--check", action="store_true", help="short run; fail if ours/floor > 2x the record")
+    parser.add_argument("--record", action="store_true", help="write the measured ratios as the record")
+    args = parser.parse_args()
+    if args.check:
+        args.clients, args.rounds, args.seconds, args.warmup = "1,16", 3, 1.5, 0.3
+        args.no_mysql = args.no_langgraph = True
+    ratios = run(args)
+    if args.check or args.record:
+        return check(ratios, args.record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
