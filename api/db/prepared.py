@@ -61,6 +61,12 @@ class Prepared:
         cursor = db.execute_sql(sql, self._params(slots, values))
         return cursor.rowcount
 
+    def row(self, **values: Any) -> tuple | None:
+        """Run a SELECT and return its first row as a tuple of the selected columns."""
+        _, sql, slots = self._sql()
+        rows = db.execute_sql(sql, self._params(slots, values)).fetchall()
+        return rows[0] if rows else None
+
     def first(self, model: type[Model], **values: Any) -> Model | None:
         """Run a SELECT and return its first row as a ``model`` instance, or ``None``."""
         _, sql, slots = self._sql()

@@ -8,11 +8,16 @@ hint. ``api`` tokens authorise the REST API; ``embed`` tokens only the embed rou
 from __future__ import annotations
 
 import hashlib
+import mmap
 import secrets
+import struct
+import threading
+import time
 
 from peewee import IntegrityError
 
 from api.db import ApiToken, Tenant, write_transaction
+from api.db.prepared import Prepared
 from api.errors import ArgumentError, NotFound
 
 TOKEN_KINDS = ("api", "embed")
@@ -52,14 +57,66 @@ def create_token(tenant_id: str, kind: str = "api") -> tuple[str, ApiToken]:
     return plain, row
 
 
-def tenant_for_token(plain: str, kind: str = "api") -> str | None:
-    """The tenant id a token of ``kind`` belongs to, or ``None``."""
-    row = (
-        ApiToken.select(ApiToken.tenant_id)
-        .where(ApiToken.token_hash == hash_token(plain), ApiToken.kind == kind)
-        .first()
+#: How long a worker trusts a token it has looked up. A revocation made through this
+#: server reaches all its workers at once (see ``_Revocations``); one made elsewhere
+#: (the CLI, another machine) within this time.
+TOKEN_CACHE_SECONDS = 0.5
+_TOKEN_CACHE_MAX = 4096
+
+
+class _Revocations:
+    """A counter shared by the processes forked from this one (gunicorn's workers).
+
+    Revoking a token bumps it; a worker that sees it move forgets every token it
+    remembered. An anonymous shared mapping made at import, before the fork.
+    """
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, 8)
+
+    def count(self) -> int:
+        return struct.unpack_from("Q", self._map)[0]
+
+    def bump(self) -> None:
+        struct.pack_into("Q", self._map, 0, self.count() + 1)
+
+
+_REVOCATIONS = _Revocations()
+_TOKEN_CACHE: dict[tuple[str, str], tuple[str, float]] = {}
+_TOKEN_CACHE_LOCK = threading.Lock()
+_TOKEN_CACHE_SEEN = [_REVOCATIONS.count()]
+_FIND_TOKEN = Prepared(
+    lambda m: ApiToken.select(ApiToken.tenant_id).where(
+        (ApiToken.token_hash == m("hash")) & (ApiToken.kind == m("kind"))
     )
-    return row.tenant_id if row else None
+)
+
+
+def tenant_for_token(plain: str, kind: str = "api") -> str | None:
+    """The tenant id a token of ``kind`` belongs to, or ``None``.
+
+    A found token is remembered for :data:`TOKEN_CACHE_SECONDS` (per process), so a
+    busy worker reads it once per interval instead of once per request.
+    """
+    key = (hash_token(plain), kind)
+    now = time.monotonic()
+    revoked = _REVOCATIONS.count()
+    with _TOKEN_CACHE_LOCK:
+        if revoked != _TOKEN_CACHE_SEEN[0]:
+            _TOKEN_CACHE.clear()
+            _TOKEN_CACHE_SEEN[0] = revoked
+        hit = _TOKEN_CACHE.get(key)
+    if hit is not None and hit[1] > now:
+        return hit[0]
+    row = _FIND_TOKEN.row(hash=key[0], kind=kind)
+    if row is None:
+        return None
+    with _TOKEN_CACHE_LOCK:
+        if len(_TOKEN_CACHE) >= _TOKEN_CACHE_MAX:
+            _TOKEN_CACHE.clear()
+        if _TOKEN_CACHE_SEEN[0] == revoked:  # not if a revocation came in meanwhile
+            _TOKEN_CACHE[key] = (row[0], now + TOKEN_CACHE_SECONDS)
+    return row[0]
 
 
 def list_tokens(tenant_id: str | None = None) -> list[ApiToken]:
@@ -83,6 +140,7 @@ def revoke_token(token_or_id: str, tenant_id: str | None = None) -> ApiToken:
         if row is None:
             raise NotFound("no such token; give the token itself or its id from the token list")
         row.delete_instance()
+    _REVOCATIONS.bump()  # after the commit: a worker that looks again must not find it
     return row
 
 
