@@ -223,7 +223,7 @@ class Canvas:
         for key in ("downstream", "upstream"):
             if not isinstance(entry.get(key, []), list):
                 raise DSLError(f"{cid}: {key!r} must be a list of component ids")
-        param = checked_param(cls, params, cid)
+        param = checked_param(cls, params, cid, self.warnings)
         return cls(self, cid, param, entry)
 
     def _validate(self) -> None:
@@ -266,9 +266,17 @@ class Canvas:
                         raise DSLError(
                             f"{cid}: {key} names missing component {other!r}; add it or remove the link"
                         )
+            lenient = cpn.lenient_routes()
             for other in cpn.possible_next():
-                if other not in self.components:
+                if other in self.components:
+                    continue
+                if other not in lenient:
                     raise DSLError(f"{cid}: routes to missing component {other!r}")
+                # RAGFlow meets this only if the branch runs: a warning now, an error then.
+                self.warnings.append(
+                    f"{cid}: {lenient[other]} routes to missing component {other!r}; "
+                    f"the run fails if that branch is taken"
+                )
             parent = cpn.parent_id
             if parent is not None and parent not in self.components:
                 raise DSLError(f"{cid}: parent_id names missing component {parent!r}")
@@ -302,7 +310,7 @@ class Canvas:
             if cid in seen:
                 continue
             seen.add(cid)
-            todo.extend(self.components[cid].possible_next())
+            todo.extend(n for n in self.components[cid].possible_next() if n in self.components)
             todo.extend(children.get(cid, []))
         for cid in self.components:
             if cid not in seen:
@@ -691,6 +699,8 @@ class Canvas:
             nxt = [start()] if callable(start) and start() else []
         pending = set(self.path[i + 1 :])
         for nid in nxt:
+            if nid not in self.components:
+                raise ComponentError(f"{cpn.id}: routes to missing component {nid!r}")
             if nid not in pending:
                 self.path.append(nid)
                 pending.add(nid)
@@ -775,7 +785,7 @@ class Canvas:
                 continue
             reachable.add(cid)
             cpn = self.components[cid]
-            todo.extend(cpn.possible_next())
+            todo.extend(n for n in cpn.possible_next() if n in self.components)
             todo.extend(c for c, o in self.components.items() if o.parent_id == cid)
             if cpn.parent_id:
                 todo.append(cpn.parent_id)

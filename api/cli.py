@@ -129,6 +129,8 @@ def cmd_agent_import(args: argparse.Namespace) -> int:
     with db.connection_context():
         tenant = tokens.tenant_by_name(args.tenant)
         agent = import_agent(tenant.id, args.file, args.title, app_config.canvas_limits(config))
+    for warning in getattr(agent, "warnings", None) or []:
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"imported agent {agent.title!r} for tenant {tenant.name!r}: {agent.id}")
     return 0
 

@@ -59,8 +59,26 @@ class AgentParam(LLMParam):
                 raise ValueError(f"tools[{i}] must be {{component_name, name, params}}, got {spec!r}")
             if not isinstance(spec.get("params", {}) or {}, dict):
                 raise ValueError(f"tools[{i}] ({spec['component_name']!r}): params must be an object")
-        if self.mcp:
+        self._check_mcp()
+
+    def _check_mcp(self) -> None:
+        """``mcp: [{mcp_id, tools}]``; an entry offering no tools is dropped with a warning."""
+        if self.mcp in (None, ""):
+            self.mcp = []
+        self.check_list("mcp")
+        kept = []
+        for i, entry in enumerate(self.mcp):
+            if not isinstance(entry, dict) or not isinstance(entry.get("mcp_id"), str) or not entry["mcp_id"]:
+                raise ValueError(f"mcp[{i}] must be {{mcp_id, tools}}, got {entry!r}")
+            if not entry.get("tools"):
+                self.warn(
+                    f"mcp[{i}] (server {entry['mcp_id']!r}) selects no tools; it offers the model nothing"
+                )
+                continue
+            kept.append(entry)
+        if kept:
             raise ValueError("mcp tools are not supported; remove 'mcp' or use components as tools")
+        self.mcp = kept
 
 
 @register
@@ -84,7 +102,7 @@ class Agent(LLM):
         if cls.is_form or kind.lower() in ("begin", "message"):
             raise DSLError(f"{label}: a {kind} cannot be a tool; use a component that computes a result")
         params = spec.get("params") or {}
-        param = checked_param(cls, params, label)
+        param = checked_param(cls, params, label, self._canvas.warnings)
         name = re.sub(r"[^A-Za-z0-9_-]", "_", str(spec.get("name") or kind))[:60] or f"tool_{i}"
         if name in self._tools:
             name = f"{name}_{i}"

@@ -49,6 +49,11 @@ class ComponentParamBase:
     def check(self) -> None:
         """Validate; raise ``ValueError`` naming the param and the fix."""
 
+    def warn(self, message: str) -> None:
+        """Note a load-time warning from :meth:`check`: something RAGFlow accepts at load
+        and only meets at run time (the canvas reports it with the component id)."""
+        self.__dict__.setdefault("_load_warnings", []).append(message)
+
     def check_common(self) -> None:
         self.check_nonnegative_int("max_retries")
         self.check_number("delay_after_error", minimum=0)
@@ -88,8 +93,13 @@ class ComponentParamBase:
             raise ValueError(f"{name} must be a {'non-empty ' if not allow_empty else ''}list, got {value!r}")
 
 
-def checked_param(cls: type[ComponentBase], params: dict, label: str) -> ComponentParamBase:
+def checked_param(
+    cls: type[ComponentBase], params: dict, label: str, warnings: list[str] | None = None
+) -> ComponentParamBase:
     """``cls``'s param object built from DSL ``params`` and validated.
+
+    The warnings ``check()`` noted are added to ``warnings`` (each prefixed with
+    ``label``).
 
     Raises:
         DSLError: naming ``label`` (the component id) and what to fix.
@@ -100,6 +110,9 @@ def checked_param(cls: type[ComponentBase], params: dict, label: str) -> Compone
         param.check()
     except ValueError as e:
         raise DSLError(f"{label}: {e}") from None
+    noted = param.__dict__.pop("_load_warnings", [])
+    if warnings is not None:
+        warnings.extend(f"{label}: {w}" for w in noted)
     return param
 
 
@@ -155,6 +168,11 @@ class ComponentBase:
         if self._param.exception_method == "goto":
             ids += list(self._param.exception_goto or [])
         return ids
+
+    def lenient_routes(self) -> dict[str, str]:
+        """Targets of :meth:`possible_next` whose absence is only a load-time warning
+        (``{id: which branch}``); the component fails when it takes such a branch."""
+        return {}
 
     def fallback_next(self) -> list[str] | None:
         """Where to go when a failure is replaced by the default value; ``None`` means

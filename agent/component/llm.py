@@ -84,6 +84,7 @@ class LLMParam(ComponentParamBase):
         if not isinstance(self.sys_prompt, str):
             raise ValueError(f"sys_prompt must be text, got {self.sys_prompt!r}")
         self.prompts = normalize_prompts(self.prompts)
+        self._numbers_from_text()
         for name, (low, high) in _RANGES.items():
             self.check_number(name, minimum=low, maximum=high)
         self.check_nonnegative_int("max_tokens")
@@ -99,9 +100,32 @@ class LLMParam(ComponentParamBase):
             raise ValueError(
                 "memory_key keeps the node's own memory; it cannot be used with history_source 'conversation'"
             )
-        schema = self.schema()
-        if schema is not None and not isinstance(schema, dict):
-            raise ValueError(f"output_structure must be a JSON schema object, got {schema!r}")
+        if isinstance(self.output_structure, str) and self.output_structure.strip():
+            try:
+                self.output_structure = json.loads(self.output_structure)
+            except ValueError:
+                pass
+        if self.output_structure not in (None, "", {}) and not isinstance(self.output_structure, dict):
+            # RAGFlow loads such a node and ignores the value: so do we, and say so.
+            self.warn(
+                f"output_structure is not a JSON schema object ({type(self.output_structure).__name__}); "
+                f"it is ignored and the node answers in plain text"
+            )
+            self.output_structure = None
+
+    def _numbers_from_text(self) -> None:
+        """Sampling params written as text (``"0.1"``) become numbers, as RAGFlow's
+        ``float()``/``int()`` make them; text that is no number stays an error."""
+        for name in _GEN_PARAMS:
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                continue
+            text = value.strip()
+            try:
+                setattr(self, name, int(text) if name == "max_tokens" else float(text) if text else 0)
+            except ValueError:
+                kind = "a whole number" if name == "max_tokens" else "a number"
+                raise ValueError(f"{name} must be {kind}, got {value!r}") from None
 
     def schema(self) -> dict | None:
         """The structured-output JSON schema, from ``output_structure`` or RAGFlow's ``outputs.structured``."""

@@ -85,6 +85,15 @@ def _convert_constant(name: str, vtype: Any, value: Any) -> Any:
     return value
 
 
+def _incomplete(var: dict, mode: Any) -> str:
+    """What a half-filled loop variable lacks (``""`` when it is complete)."""
+    if var.get("variable") in (None, ""):
+        return "it has no variable name"
+    if mode == "variable" and var.get("value") in (None, ""):
+        return f"variable {var['variable']!r} reads its value from a reference, but none is chosen"
+    return ""
+
+
 class LoopParam(ComponentParamBase):
     def __init__(self) -> None:
         super().__init__()
@@ -115,6 +124,13 @@ class LoopParam(ComponentParamBase):
                     f"{where} must be an object with 'variable', 'type', 'input_mode' and 'value'"
                 )
             name = var.get("variable")
+            mode = var.get("input_mode") or "constant"
+            incomplete = _incomplete(var, mode)
+            if incomplete:
+                # RAGFlow's editor saves half-filled rows and fails only when the Loop runs.
+                self.warn(f"{where} is incomplete ({incomplete}); the Loop fails when it runs")
+                var["incomplete"] = incomplete
+                continue
             if not isinstance(name, str) or not _NAME_RE.match(name):
                 raise ValueError(
                     f"{where}: variable {name!r} must be a name of letters, digits, '_' or '-' "
@@ -123,7 +139,6 @@ class LoopParam(ComponentParamBase):
             if name in seen:
                 raise ValueError(f"{where}: loop variable {name!r} is declared twice")
             seen.add(name)
-            mode = var.get("input_mode") or "constant"
             if mode == "variable":
                 if parse_ref(var.get("value")) is None:
                     raise ValueError(
@@ -166,6 +181,8 @@ class Loop(ContainerComponent):
     def references(self) -> list[Ref]:
         refs = super().references()
         for var in self._param.loop_variables:
+            if var.get("incomplete"):
+                continue
             if var["input_mode"] == "variable":
                 refs.append(parse_ref(var["value"]))
         for cond in self._param.loop_termination_condition:
@@ -175,7 +192,7 @@ class Loop(ContainerComponent):
         return refs
 
     def variable_names(self) -> list[str]:
-        return [var["variable"] for var in self._param.loop_variables]
+        return [var["variable"] for var in self._param.loop_variables if not var.get("incomplete")]
 
     def possible_next(self) -> list[str]:
         # A condition on this Loop's own outputs must name a declared loop variable:
@@ -190,6 +207,12 @@ class Loop(ContainerComponent):
         return super().possible_next()
 
     def _invoke(self, **kwargs: Any) -> None:
+        for n, var in enumerate(self._param.loop_variables, 1):
+            if var.get("incomplete"):
+                raise self.fail(
+                    f"loop_variables item {n} is incomplete ({var['incomplete']}); complete it in the Loop",
+                    retryable=False,
+                )
         for var in self._param.loop_variables:
             mode = var["input_mode"]
             if mode == "variable":

@@ -112,13 +112,26 @@ class Switch(ComponentBase):
             ids += cond["to"]
         return ids + list(self._param.end_cpn_ids)
 
+    def lenient_routes(self) -> dict[str, str]:
+        routes = {cid: "the else branch (end_cpn_ids)" for cid in self._param.end_cpn_ids}
+        for n, cond in enumerate(self._param.conditions, 1):
+            routes.update((cid, f"condition {n}") for cid in cond["to"])
+        return routes
+
     def _invoke(self, **kwargs: Any) -> None:
-        chosen = list(self._param.end_cpn_ids)
-        for cond in self._param.conditions:
+        chosen, branch = list(self._param.end_cpn_ids), "the else branch (end_cpn_ids)"
+        for n, cond in enumerate(self._param.conditions, 1):
             results = (self._holds(item) for item in cond["items"])
             if combine(results, cond["logical_operator"]):
-                chosen = list(cond["to"])
+                chosen, branch = list(cond["to"]), f"condition {n}"
                 break
+        missing = [cid for cid in chosen if cid not in self._canvas.components]
+        if missing:
+            raise self.fail(
+                f"{branch} holds but routes to missing component(s) {', '.join(map(repr, missing))}; "
+                f"add them to the canvas or change the Switch",
+                retryable=False,
+            )
         self._next = chosen
         self.set_output("_next", chosen)
 

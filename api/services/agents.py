@@ -83,7 +83,7 @@ def _title_taken(tenant_id: str, title: str) -> Conflict:
 def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits: Limits) -> Agent:
     title = check_title(title)
     description = check_description(description)
-    text, _ = check_dsl(dsl, limits)
+    text, canvas = check_dsl(dsl, limits)
     now = now_ms()
     try:
         with write_transaction():
@@ -103,6 +103,7 @@ def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits:
             agent.version_id = version.id
     except IntegrityError:
         raise _title_taken(tenant_id, title) from None
+    agent.warnings = list(canvas.warnings)
     return agent
 
 
@@ -113,9 +114,10 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
         changes["title"] = check_title(body["title"])
     if body.get("description") is not None:
         changes["description"] = check_description(body["description"])
-    text = None
+    text, warnings = None, []
     if body.get("dsl") is not None:
-        text, _ = check_dsl(body["dsl"], limits)
+        text, canvas = check_dsl(body["dsl"], limits)
+        warnings = list(canvas.warnings)
     if not changes and text is None:
         raise ArgumentError("nothing to update: give 'title', 'description' and/or 'dsl'")
     now = now_ms()
@@ -147,7 +149,9 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
             Agent.update(**changes).where(Agent.id == agent_id).execute()
     except IntegrityError:
         raise _title_taken(tenant_id, changes.get("title", "")) from None
-    return get_agent(tenant_id, agent_id)
+    agent = get_agent(tenant_id, agent_id)
+    agent.warnings = warnings
+    return agent
 
 
 def delete_agent(tenant_id: str, agent_id: str) -> None:
@@ -223,6 +227,10 @@ def agent_json(agent: Agent, with_dsl: bool = True) -> dict:
     }
     if with_dsl:
         out["dsl"] = json.loads(agent.dsl)
+    # Set by create and update: what the DSL loads with but will fail on if it runs.
+    warnings = getattr(agent, "warnings", None)
+    if warnings is not None:
+        out["warnings"] = warnings
     return out
 
 

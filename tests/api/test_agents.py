@@ -86,6 +86,31 @@ def test_ragflow_export_is_unwrapped(api: Api):
     assert "components" in api.get(f"/agents/{agent_id}").json["data"]["dsl"]
 
 
+def test_load_warnings_come_back_with_the_agent_on_create_and_update(api: Api):
+    switch = {
+        "conditions": [
+            {"items": [{"cpn_id": "sys.query", "operator": "=", "value": "x"}], "to": ["Message:Gone"]}
+        ],
+        "end_cpn_ids": ["Message:Echo"],
+    }
+    dsl = dsl_of(
+        {
+            "Switch:S": ("Switch", switch, ["Message:Echo"]),
+            "Message:Echo": ("Message", {"content": ["e"]}, []),
+        }
+    )
+    warning = "Switch:S: condition 1 routes to missing component 'Message:Gone'; the run fails if that branch is taken"
+    resp = api.post("/agents", json={"title": "warned", "dsl": dsl})
+    assert resp.status_code == 200 and resp.json["data"]["warnings"] == [warning]
+    agent_id = resp.json["data"]["id"]
+    assert api.put(f"/agents/{agent_id}", json={"dsl": echo_dsl()}).json["data"]["warnings"] == []
+    assert api.put(f"/agents/{agent_id}", json={"dsl": dsl}).json["data"]["warnings"] == [warning]
+    # A turn that does not take the branch runs; one that does fails naming it.
+    assert api.ask(agent_id, None, "y").json["data"]["data"]["content"] == "e"
+    resp = api.ask(agent_id, None, "x")
+    assert resp.status_code == 500 and "routes to missing component(s) 'Message:Gone'" in resp.json["message"]
+
+
 def _refused(api: Api, body, status: int = 400, **kw) -> dict:
     resp = api.post("/agents", **({"json": body} if body is not None else {}), **kw)
     assert resp.status_code == status, resp.json
