@@ -1,11 +1,11 @@
-"""Storage: peewee models bound late to SQLite or MySQL (see :mod:`api.db.database`)."""
+"""Storage: peewee models bound late to SQLite, MySQL or Postgres (see :mod:`api.db.database`)."""
 
 from __future__ import annotations
 
 from api.db.database import (
     bind_database,
     db,
-    ensure_mysql_database,
+    ensure_server_database,
     is_sqlite,
     open_database,
     write_transaction,
@@ -33,7 +33,7 @@ from api.db.models import (
 def init_database(url: str, max_connections: int = 32) -> None:
     """Open ``url``, bind the models to it and bring the schema up to date."""
     database = open_database(url, max_connections=max_connections)
-    ensure_mysql_database(database)
+    ensure_server_database(database)
     bind_database(database)
     with db.connection_context():
         setup_schema()

@@ -1,11 +1,13 @@
 """Opening the database named by a URL, and the late-bound handle the models use.
 
 ``sqlite:///data/agentcanvas.db`` (a relative path is taken from the project root,
-so every command finds the same file whatever its working directory) or
-``mysql://user:password@host:3306/dbname`` (``mariadb://`` is accepted as a synonym).
-Both are connection pools. SQLite runs in WAL mode with a busy timeout; MySQL
-connections are checked on check-out and a connection dropped mid-use is reconnected,
-retrying the statement only when that is safe (a read outside a transaction).
+so every command finds the same file whatever its working directory),
+``mysql://user:password@host:3306/dbname`` (``mariadb://`` is accepted as a synonym)
+or ``postgresql://user:password@host:5432/dbname`` (``postgres://`` too; psycopg 3).
+All are connection pools. SQLite runs in WAL mode with a busy timeout; MySQL and
+Postgres connections are checked on check-out and a connection dropped mid-use is
+reconnected, retrying the statement only when that is safe (a read outside a
+transaction). The server databases are created if missing.
 """
 
 from __future__ import annotations
@@ -15,9 +17,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-from peewee import Database, DatabaseProxy, InterfaceError, MySQLDatabase, OperationalError
+from peewee import (
+    Database,
+    DatabaseError,
+    DatabaseProxy,
+    InterfaceError,
+    MySQLDatabase,
+    OperationalError,
+    PostgresqlDatabase,
+)
 from playhouse.db_url import parse as parse_db_url
-from playhouse.pool import PooledMySQLDatabase, PooledSqliteDatabase
+from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
 from playhouse.shortcuts import ReconnectMixin
 
 from agent.settings import PROJECT_ROOT
@@ -39,7 +49,12 @@ class _SafeReconnectMixin:
     """
 
     # (error class, fragment of its message): the connection is gone.
-    reconnect_errors = ReconnectMixin.reconnect_errors
+    reconnect_errors = ReconnectMixin.reconnect_errors + (
+        (OperationalError, "terminating connection"),  # psycopg 3: the server ended it
+        (OperationalError, "the connection is closed"),  # psycopg 3: reused after a drop
+        (OperationalError, "server closed the connection"),
+        (InterfaceError, "connection already closed"),
+    )
 
     def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
         try:
@@ -79,6 +94,13 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
     """Pooled MySQL/MariaDB through pymysql, reconnecting dropped connections."""
 
 
+class ReconnectingPooledPostgresqlDatabase(_SafeReconnectMixin, PooledPostgresqlDatabase):
+    """Pooled PostgreSQL through psycopg 3, reconnecting dropped connections."""
+
+    # The models' LONGTEXT (for MySQL) is plain TEXT here: Postgres TEXT is unbounded.
+    field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT"}
+
+
 class WalSqliteDatabase(PooledSqliteDatabase):
     """Pooled SQLite in WAL mode; write transactions take the write lock up front."""
 
@@ -108,13 +130,13 @@ def open_database(url: str, max_connections: int = 32) -> Database:
     """A pooled database for ``url``; nothing is connected yet.
 
     Raises:
-        ValueError: the URL's scheme is not ``sqlite`` or ``mysql``/``mariadb``, or it
-            names no database.
+        ValueError: the URL's scheme is not ``sqlite``, ``mysql``/``mariadb`` or
+            ``postgresql``/``postgres``, or it names no database.
     """
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(
-            f"database URL {url!r} is not a URL; use sqlite:///data/agentcanvas.db or "
-            f"mysql://user:password@host:3306/dbname"
+            f"database URL {url!r} is not a URL; use sqlite:///data/agentcanvas.db, "
+            f"mysql://user:password@host:3306/dbname or postgresql://user:password@host:5432/dbname"
         )
     scheme = urlparse(url).scheme.lower()
     if scheme in ("sqlite", "sqlite+pool"):
@@ -148,17 +170,37 @@ def open_database(url: str, max_connections: int = 32) -> Database:
         return ReconnectingPooledMySQLDatabase(
             name, max_connections=max_connections, stale_timeout=300, timeout=30, **kwargs
         )
+    if scheme in ("postgresql", "postgres", "postgresql+pool", "postgres+pool", "postgresql+psycopg"):
+        kwargs = parse_db_url(url, unquote_password=True, unquote_user=True)
+        name = kwargs.pop("database", "")
+        if not name:
+            raise ValueError(
+                f"database URL {url!r} names no database; add it: postgresql://host:5432/agentcanvas"
+            )
+        kwargs.setdefault("connect_timeout", 10)
+        return ReconnectingPooledPostgresqlDatabase(
+            name,
+            max_connections=max_connections,
+            stale_timeout=300,
+            timeout=30,
+            prefer_psycopg3=True,
+            **kwargs,
+        )
     raise ValueError(
-        f"database URL {url!r} has unsupported scheme {scheme!r}; use sqlite:///path or mysql://host/db"
+        f"database URL {url!r} has unsupported scheme {scheme!r}; "
+        f"use sqlite:///path, mysql://host/db or postgresql://host/db"
     )
 
 
-def ensure_mysql_database(database: Database) -> None:
-    """Create the MySQL database the URL names if it does not exist yet.
+def ensure_server_database(database: Database) -> None:
+    """Create the MySQL or Postgres database the URL names if it does not exist yet.
 
     Raises:
         OperationalError: the server cannot be reached; the message says where.
     """
+    if isinstance(database, PooledPostgresqlDatabase):
+        _ensure_postgres_database(database)
+        return
     if not isinstance(database, PooledMySQLDatabase):
         return
     params = dict(database.connect_params)
@@ -173,6 +215,36 @@ def ensure_mysql_database(database: Database) -> None:
         host = f"{params.get('host', 'localhost')}:{params.get('port', 3306)}"
         raise OperationalError(
             f"cannot use MySQL database {database.database!r} at {host} as {params.get('user')!r}: {exc}; "
+            f"check AGENTCANVAS_DATABASE_URL and that the server is running"
+        ) from None
+    finally:
+        admin.close()
+
+
+def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
+    params = dict(database.connect_params)
+    params.pop("prefer_psycopg3", None)
+    # The maintenance database "postgres" exists on every server (CockroachDB and
+    # YugabyteDB have it too): a place to stand while creating the real one.
+    admin = PostgresqlDatabase("postgres", prefer_psycopg3=True, **params)
+    quoted = '"' + database.database.replace('"', '""') + '"'
+    try:
+        admin.connect()
+        exists = admin.execute_sql("SELECT 1 FROM pg_database WHERE datname = %s", (database.database,))
+        if exists.fetchone() is None:
+            try:
+                admin.execute_sql(f"CREATE DATABASE {quoted}")
+            except DatabaseError:
+                # Another process created it between our look and our CREATE.
+                again = admin.execute_sql(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (database.database,)
+                )
+                if again.fetchone() is None:
+                    raise
+    except (OperationalError, InterfaceError) as exc:
+        host = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}"
+        raise OperationalError(
+            f"cannot use Postgres database {database.database!r} at {host} as {params.get('user')!r}: {exc}; "
             f"check AGENTCANVAS_DATABASE_URL and that the server is running"
         ) from None
     finally:

@@ -1,9 +1,10 @@
-"""API test set-up: every test runs once on SQLite and once on the real MariaDB.
+"""API test set-up: every test runs on SQLite, on the real MariaDB and on the real Postgres.
 
-SQLite: a fresh file per test. MariaDB (127.0.0.1:3306, root, no password): one
-throwaway database per test process (``agentcanvas_test_<random>``), emptied before
-each test and dropped at the end. If MariaDB does not answer, the MySQL half of the
-suite fails with a message saying so; it is never skipped.
+SQLite: a fresh file per test. MariaDB (127.0.0.1:3306, root, no password) and
+Postgres (127.0.0.1:5432, postgres, trust): one throwaway database per test process
+(``agentcanvas_test_<random>``), emptied before each test and dropped at the end. If
+a server does not answer, its part of the suite fails with a message saying so; it is
+never skipped (``make services`` starts both).
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from peewee import MySQLDatabase, OperationalError
+from peewee import MySQLDatabase, OperationalError, PostgresqlDatabase
 
 import tests.api.components  # noqa: F401 - registers the test-only component types
 from api import create_app
@@ -23,43 +25,76 @@ from api.services import tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 
 
 def _admin() -> MySQLDatabase:
     return MySQLDatabase("information_schema", **MYSQL)
 
 
-@pytest.fixture(scope="session")
-def mysql_url():
-    name = f"agentcanvas_test_{uuid.uuid4().hex[:12]}"
-    admin = _admin()
+def _postgres_admin() -> PostgresqlDatabase:
+    return PostgresqlDatabase("postgres", prefer_psycopg3=True, **POSTGRES)
+
+
+# server -> (admin connection, what to call it, its URL for a database name, the DROP)
+_SERVERS = {
+    "mysql": (
+        _admin,
+        "MariaDB at 127.0.0.1:3306 as root",
+        "mysql://root@127.0.0.1:3306/{}",
+        "DROP DATABASE IF EXISTS `{}`",
+    ),
+    "postgres": (
+        _postgres_admin,
+        "Postgres at 127.0.0.1:5432 as postgres",
+        "postgresql://postgres@127.0.0.1:5432/{}",
+        'DROP DATABASE IF EXISTS "{}" WITH (FORCE)',
+    ),
+}
+
+
+def throwaway_database(server: str, prefix: str) -> Iterator[str]:
+    """Yield the URL of a new database ``<prefix>_<random>`` on ``server``; drop it afterwards.
+
+    The database itself is made by whoever opens the URL first (``init_database``). A
+    server that does not answer fails the test with a message saying how to start it.
+    """
+    admin_of, where, url, drop = _SERVERS[server]
+    admin = admin_of()
     try:
         admin.connect()
     except OperationalError as exc:
-        pytest.fail(
-            f"MariaDB is not reachable at 127.0.0.1:3306 as root ({exc}); the MySQL API tests need it: "
-            f"start it with `make services`"
-        )
+        pytest.fail(f"{where} is not reachable ({exc}); these tests need it: start it with `make services`")
     admin.close()
-    yield f"mysql://root@127.0.0.1:3306/{name}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    yield url.format(name)
     if db.obj is not None:
         db.obj.close_all()
-    admin = _admin()
     with admin.connection_context():
-        admin.execute_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        admin.execute_sql(drop.format(name))
 
 
-@pytest.fixture(params=["sqlite", "mysql"])
+@pytest.fixture(scope="session")
+def mysql_url():
+    yield from throwaway_database("mysql", "agentcanvas_test")
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    yield from throwaway_database("postgres", "agentcanvas_test")
+
+
+@pytest.fixture(params=["sqlite", "mysql", "postgres"])
 def backend(request) -> str:
     return request.param
 
 
 @pytest.fixture
 def database_url(backend, tmp_path, request) -> str:
-    """This test's empty database: a new SQLite file, or the emptied MariaDB database."""
+    """This test's empty database: a new SQLite file, or the emptied MariaDB or Postgres database."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'agentcanvas.db'}"
-    url = request.getfixturevalue("mysql_url")
+    url = request.getfixturevalue(f"{backend}_url")
     init_database(url, max_connections=4)
     with db.connection_context(), db.atomic():
         for table in ALL_MODELS:

@@ -105,8 +105,8 @@ def test_run_chats_without_a_server(cli, tmp_path):
 
 
 def test_bad_database_url_is_reported(cli, tmp_path):
-    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": "postgres://nowhere/db"}
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": "oracle://nowhere/db"}
     done = subprocess.run(
         [str(AGENTCANVAS), "token", "list"], env=env, capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 2 and "unsupported scheme 'postgres'" in done.stderr
+    assert done.returncode == 2 and "unsupported scheme 'oracle'" in done.stderr

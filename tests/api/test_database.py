@@ -25,7 +25,8 @@ def test_schema_setup_is_idempotent(database_url):
 @pytest.mark.parametrize(
     ("url", "needle"),
     [
-        ("postgres://host/db", "unsupported scheme 'postgres'"),
+        ("oracle://host/db", "unsupported scheme 'oracle'"),
+        ("postgresql://127.0.0.1:5432/", "names no database"),
         ("agentcanvas.db", "is not a URL"),
         ("sqlite://", "names no file"),
         ("mysql://127.0.0.1:3306/", "names no database"),
@@ -36,27 +37,40 @@ def test_bad_urls_are_explained(url: str, needle: str):
         open_database(url)
 
 
-def test_unreachable_mysql_is_explained():
+@pytest.mark.parametrize(
+    "url", ["mysql://root@127.0.0.1:1/agentcanvas", "postgresql://postgres@127.0.0.1:1/ac"]
+)
+def test_unreachable_server_is_explained(url: str):
     with pytest.raises(OperationalError, match="127.0.0.1:1"):
-        init_database("mysql://root@127.0.0.1:1/agentcanvas")
+        init_database(url)
 
 
-def test_dropped_mysql_connection_reconnects_for_reads_not_for_writes(mysql_url):
-    init_database(mysql_url)
+# How to learn our connection's id, and how another connection ends it on the server.
+_KILL = {
+    "mysql": ("SELECT CONNECTION_ID()", "KILL {}"),
+    "postgres": ("SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
+}
+
+
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_dropped_connection_reconnects_for_reads_not_for_writes(server, request):
+    url = request.getfixturevalue(f"{server}_url")
+    own, kill = _KILL[server]
+    init_database(url)
     try:
         with db.connection_context():
             Tenant.delete().execute()
             Tenant.create(name="t1")
-            killer = open_database(mysql_url)
+            killer = open_database(url)
             with killer.connection_context():
                 # Drop our connection from the server side, as a restart or timeout would.
-                own_id = db.execute_sql("SELECT CONNECTION_ID()").fetchone()[0]
-                killer.execute_sql(f"KILL {int(own_id)}")
+                own_id = db.execute_sql(own).fetchone()[0]
+                killer.execute_sql(kill.format(int(own_id)))
                 # A read is retried on a fresh connection.
                 assert [t.name for t in Tenant.select()] == ["t1"]
 
-                own_id = db.execute_sql("SELECT CONNECTION_ID()").fetchone()[0]
-                killer.execute_sql(f"KILL {int(own_id)}")
+                own_id = db.execute_sql(own).fetchone()[0]
+                killer.execute_sql(kill.format(int(own_id)))
             # A write is not retried (it may have been applied): the caller sees the error...
             with pytest.raises(OperationalError):
                 Tenant.create(name="t2")
@@ -66,8 +80,8 @@ def test_dropped_mysql_connection_reconnects_for_reads_not_for_writes(mysql_url)
 
             # A transaction that had not begun yet starts on a fresh connection.
             with killer.connection_context():
-                own_id = db.execute_sql("SELECT CONNECTION_ID()").fetchone()[0]
-                killer.execute_sql(f"KILL {int(own_id)}")
+                own_id = db.execute_sql(own).fetchone()[0]
+                killer.execute_sql(kill.format(int(own_id)))
             with write_transaction():
                 Tenant.create(name="t4")
             assert Tenant.select().where(Tenant.name == "t4").exists()

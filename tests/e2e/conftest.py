@@ -2,9 +2,10 @@
 
 Fixtures:
 
-* ``database_url`` — a new SQLite file, or a throwaway MariaDB database
-  ``agentcanvas_e2e_<random>`` dropped at the end. Tests run on both unless they pick
-  one with ``@pytest.mark.parametrize("database_url", ["mysql"], indirect=True)``.
+* ``database_url`` — a new SQLite file, or a throwaway MariaDB or Postgres database
+  ``agentcanvas_e2e_<random>`` dropped at the end. Tests run on SQLite and MariaDB
+  unless they pick others with
+  ``@pytest.mark.parametrize("database_url", ["mysql", "postgres"], indirect=True)``.
 * ``deployment`` — a :class:`Deployment` on that database: runs the ``agentcanvas``
   CLI (tokens, agent import) and starts server processes on free ports; every process
   it started is stopped at the end, even when the test fails.
@@ -25,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,9 +33,8 @@ from typing import Any
 
 import pytest
 import requests
-from peewee import OperationalError
 
-from tests.api.conftest import ROOT, _admin, dsl_of, parse_sse
+from tests.api.conftest import ROOT, dsl_of, parse_sse, throwaway_database
 
 AGENTCANVAS = Path(sys.executable).parent / "agentcanvas"
 SAMPLES = ROOT / "samples"
@@ -69,24 +68,11 @@ def free_port() -> int:
 # ---------------------------------------------------------------------- databases
 @pytest.fixture(params=["sqlite", "mysql"])
 def database_url(request, tmp_path) -> Iterator[str]:
-    """This test's empty database (SQLite file or throwaway MariaDB database)."""
+    """This test's empty database (SQLite file or throwaway MariaDB or Postgres database)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'agentcanvas.db'}"
         return
-    admin = _admin()
-    try:
-        admin.connect()
-    except OperationalError as exc:
-        pytest.fail(
-            f"MariaDB is not reachable at 127.0.0.1:3306 as root ({exc}); the end-to-end tests "
-            f"need it: start it with `make services`"
-        )
-    admin.close()
-    name = f"agentcanvas_e2e_{uuid.uuid4().hex[:12]}"
-    # The servers and the CLI make the database themselves (CREATE DATABASE IF NOT EXISTS).
-    yield f"mysql://root@127.0.0.1:3306/{name}"
-    with admin.connection_context():
-        admin.execute_sql(f"DROP DATABASE IF EXISTS `{name}`")
+    yield from throwaway_database(request.param, "agentcanvas_e2e")
 
 
 # ---------------------------------------------------------------------- servers

@@ -1,4 +1,4 @@
-"""Two server processes on one MariaDB database serving the same sessions at once."""
+"""Two server processes on one MariaDB (or one Postgres) database serving the same sessions at once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.conftest import SAMPLES, Client, read_sse, streamed_answer
 
-pytestmark = pytest.mark.parametrize("database_url", ["mysql"], indirect=True)
+pytestmark = pytest.mark.parametrize("database_url", ["mysql", "postgres"], indirect=True)
 
 SESSIONS = 4
 #: Turns fired at each session in the concurrent phase, half through each server.
