@@ -23,6 +23,7 @@ Turn semantics chosen here (see README "Runtime semantics"):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -34,6 +35,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
+from agent import files as agent_files
 from agent import jsonio
 from agent.component import ComponentBase, component_class, component_names
 from agent.component.base import checked_param
@@ -49,7 +51,7 @@ from agent.errors import (
     UsageError,
 )
 from agent.forms import check_answers
-from agent.refs import Ref, descend, parse_ref
+from agent.refs import Ref, descend, parse_ref, sole_ref
 from agent.stream import LazyText
 from agent.templates import check_template, render, render_stream, render_value
 from agent.variables import declared_variables
@@ -79,6 +81,11 @@ class Limits:
     max_value_bytes: int = 64 * 1024
     history_size: int = 100
     retrieval_size: int = 20
+    # Files in conversations (DESIGN §13): one file, the files one turn may carry
+    # (attached and answered in forms), and all the files a session may take in.
+    max_file_bytes: int = 32 * 1024 * 1024
+    max_files_per_turn: int = 10
+    max_session_file_bytes: int = 256 * 1024 * 1024
 
     @classmethod
     def from_mapping(cls, values: dict | None) -> Limits:
@@ -129,6 +136,7 @@ class Canvas:
         self.limits = limits or Limits()
         self.services: dict[str, Any] = dict(services or {})
         self.cancel_check: Callable[[], bool] | None = None
+        self._files_as_names = False
         #: The form answers the last ``run()`` accepted, converted to their types.
         self.accepted_inputs: dict = {}
         self.sleep: Callable[[float], None] = time.sleep
@@ -458,13 +466,34 @@ class Canvas:
         return var.get("type") if isinstance(var, dict) else None
 
     def render(self, template: Any) -> str:
-        return render(template, self.get_value)
+        return render(template, self._text_value)
 
     def render_value(self, template: Any) -> Any:
-        return render_value(template, self.get_value)
+        if isinstance(template, str) and sole_ref(template) is not None:
+            return render_value(template, self.get_value)
+        return render_value(template, self._text_value)
 
     def render_stream(self, template: Any) -> Iterator[str]:
-        return render_stream(template, self.get_value)
+        return render_stream(template, self._text_value)
+
+    def _text_value(self, ref: Ref) -> Any:
+        """A value as it reads inside text: files (a ``file`` field, ``sys.files``) read
+        as their parsed text, as RAGFlow renders them into prompts (as their names only
+        inside :meth:`files_as_names`)."""
+        value = self.get_value(ref)
+        if agent_files.is_file_list(value):
+            service = None if self._files_as_names else self.services.get("files")
+            return agent_files.render_files(value, service)
+        return value
+
+    @contextlib.contextmanager
+    def files_as_names(self) -> Iterator[None]:
+        """Render files as their names (what memory keeps), not their content."""
+        self._files_as_names = True
+        try:
+            yield
+        finally:
+            self._files_as_names = False
 
     def add_usage(self, usage: dict | None) -> None:
         """Add an LLM call's token usage to the running turn's total."""
@@ -505,22 +534,109 @@ class Canvas:
             raise InputError(_errors_message("the turn", oversized), oversized)
         pending = self.pending_form()
         if pending is not None:
-            accepted, errors = check_answers(pending.form(), inputs, self.limits.max_value_bytes)
+            if files:
+                raise UsageError(
+                    "'files' go with a new message; a paused form takes files in its file fields"
+                )
+            form = pending.form()
+            accepted, errors = check_answers(form, inputs, self.limits.max_value_bytes, self.resolve_files)
+            self._check_file_totals(form, accepted, [], errors)
             if errors:
                 raise InputError(_errors_message(pending.id, errors), errors)
             return self._run(resume=pending, accepted=accepted)
-        accepted = {}
+        accepted, form, errors = {}, {}, {}
+        try:
+            attached = self.resolve_files(files) if files else []
+        except ValueError as e:
+            attached, errors = [], {"files": str(e)}
         if inputs:
             begin = self.components["begin"]
             form = begin.form()
             if not form:
                 raise UsageError("inputs were given but no form is pending and Begin declares no inputs")
-            accepted, errors = check_answers(form, inputs, self.limits.max_value_bytes)
-            if errors:
-                raise InputError(_errors_message("begin", errors), errors)
+            accepted, form_errors = check_answers(
+                form, inputs, self.limits.max_value_bytes, self.resolve_files
+            )
+            errors.update(form_errors)
+        self._check_file_totals(form, accepted, attached, errors)
+        if errors:
+            raise InputError(_errors_message("begin" if inputs else "the turn", errors), errors)
         return self._run(
-            resume=None, accepted=accepted, query=query or "", user_id=user_id, files=files, context=context
+            resume=None,
+            accepted=accepted,
+            query=query or "",
+            user_id=user_id,
+            files=attached if self.services.get("files") is not None else files,
+            context=context,
         )
+
+    # ------------------------------------------------------------------ files
+    def resolve_files(self, refs: Any) -> list:
+        """Descriptors for a ``files`` value or a ``file`` answer (ids or descriptors).
+
+        With a file service (``services["files"]``) each file is looked up for this
+        caller and checked against ``max_file_bytes``; without one the refs are kept
+        as given. Raises ``ValueError`` with the reason (nothing is changed).
+        """
+        found = agent_files.file_refs(refs)
+        service = self.services.get("files")
+        if service is None or not found:
+            return found
+        descriptors = service.resolve(found)
+        for d in descriptors:
+            if int(d.get("size") or 0) > self.limits.max_file_bytes:
+                raise ValueError(
+                    f"{d.get('name')!r} is {d.get('size')} bytes; the limit is {self.limits.max_file_bytes} "
+                    f"(max_file_bytes)"
+                )
+        return descriptors
+
+    def _check_file_totals(self, form: dict, accepted: dict, attached: list, errors: dict) -> None:
+        """Files per turn and per session, over everything this call brings in."""
+        new = {"files": attached} if attached else {}
+        for key, value in accepted.items():
+            if form.get(key, {}).get("type") == "file" and value:
+                new[key] = value
+        if not new or self.services.get("files") is None:
+            return
+        earlier = len((self.turn or {}).get("files") or []) if self.pending_form() is not None else 0
+        count = earlier + sum(len(v) for v in new.values())
+        used = int(self.components["begin"].data.get("files_bytes") or 0)
+        total = used + sum(int(d.get("size") or 0) for v in new.values() for d in v)
+        for key in new:
+            if count > self.limits.max_files_per_turn:
+                errors.setdefault(
+                    key,
+                    f"{count} files in one turn; the limit is {self.limits.max_files_per_turn} "
+                    f"(max_files_per_turn)",
+                )
+            elif total > self.limits.max_session_file_bytes:
+                errors.setdefault(
+                    key,
+                    f"the session's files would reach {total} bytes; the limit is "
+                    f"{self.limits.max_session_file_bytes} (max_session_file_bytes): start a new session",
+                )
+
+    def _take_files(self, accepted: dict, form: dict, attached: list) -> None:
+        """Record the files this call brought in: the turn's list, the session's total."""
+        new = list(attached)
+        for key, value in accepted.items():
+            if form.get(key, {}).get("type") == "file" and isinstance(value, list):
+                new.extend(value)
+        new = [d for d in new if agent_files.is_descriptor(d)]
+        if not new or self.turn is None:
+            return
+        have = self.turn.setdefault("files", [])
+        known = {d.get("id") for d in have}
+        have.extend(d for d in new if d.get("id") not in known)
+        begin = self.components["begin"]
+        begin.data["files_bytes"] = int(begin.data.get("files_bytes") or 0) + sum(
+            int(d.get("size") or 0) for d in new
+        )
+
+    def turn_files(self) -> list[dict]:
+        """The files of the running turn (attached and answered in forms), as descriptors."""
+        return list((self.turn or {}).get("files") or [])
 
     def _event(self, name: str, data: dict) -> dict:
         event = {
@@ -586,10 +702,12 @@ class Canvas:
         self.memory_writes = {}
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
+            self._take_files(accepted, self.components["begin"].form() if accepted else {}, files or [])
             yield self._event("workflow_started", {"inputs": accepted, "query": query})
         else:
             resume.data.setdefault("answers", {}).update(accepted)
             resume.data["resuming"] = True
+            self._take_files(accepted, resume.form(), [])
         steps = 0
         i = 0
         try:

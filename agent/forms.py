@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
+
+from agent.files import file_refs
 
 FIELD_TYPES = ("line", "paragraph", "options", "integer", "float", "boolean", "object", "file")
 _TRUE = {"true", "yes", "y", "on", "1"}
@@ -112,16 +115,22 @@ def convert(field: dict, value: Any) -> Any:
             except ValueError as e:
                 raise ValueError(f"expected JSON: {e}") from None
         raise ValueError(f"expected a JSON object, got {value!r}")
-    # file: a list of uploaded file descriptors or ids, kept as given.
-    if value is None or isinstance(value, (str, dict)):
-        return [] if value in (None, "") else [value]
-    if isinstance(value, list):
-        return value
-    raise ValueError(f"expected a file or a list of files, got {value!r}")
+    # file: uploaded files' ids or descriptors, as a list (resolved by check_answers).
+    return file_refs(value)
 
 
-def check_answers(form: dict[str, dict], answers: Any, max_bytes: int = MAX_VALUE_BYTES) -> tuple[dict, dict]:
+def check_answers(
+    form: dict[str, dict],
+    answers: Any,
+    max_bytes: int = MAX_VALUE_BYTES,
+    resolve_files: Callable[[list], list] | None = None,
+) -> tuple[dict, dict]:
     """Check a client's answers against a form without changing anything.
+
+    Args:
+        resolve_files: turns a ``file`` field's ids/descriptors into checked
+            descriptors, raising ``ValueError`` with the reason (see
+            :meth:`agent.canvas.Canvas.resolve_files`); without it they are kept as given.
 
     Returns:
         ``(accepted, errors)``: the converted values and ``{field: message}``.
@@ -150,7 +159,10 @@ def check_answers(form: dict[str, dict], answers: Any, max_bytes: int = MAX_VALU
                 errors[key] = "a value is required"
             continue
         try:
-            accepted[key] = convert(field, value)
+            converted = convert(field, value)
+            if field.get("type") == "file" and resolve_files is not None:
+                converted = resolve_files(converted)
+            accepted[key] = converted
         except ValueError as e:
             errors[key] = str(e)
     return accepted, errors

@@ -91,6 +91,7 @@ class CategorizeParam(LLMParam):
 class Categorize(LLM):
     component_name = "Categorize"
     param_class = CategorizeParam
+    takes_files = False
     bare_ref_params = ("query",)
 
     def possible_next(self) -> list[str]:

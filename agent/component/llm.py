@@ -37,11 +37,12 @@ from typing import Any
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.errors import Cancelled, ComponentError, LLMError
+from agent.files import documents_for_prompt, image_parts, is_file_list, is_image
 from agent.llm.client import ChatClient, ChatResult, ChatStream, ToolCall
 from agent.llm.config import ModelConfig, resolve_model
-from agent.llm.tokens import count_tokens, messages_tokens
+from agent.llm.tokens import IMAGE_TOKENS, count_tokens, messages_tokens
 from agent.memory import DEFAULT_WINDOW, MAX_WINDOW, NodeMemory, history_budget, select_history
-from agent.refs import to_text
+from agent.refs import find_refs, to_text
 from agent.settings import load_settings
 from agent.stream import LazyText
 
@@ -55,6 +56,8 @@ _GEN_PARAMS = {
 }
 _RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
 _ROLES = ("user", "assistant", "system")
+#: Tokens the turn's documents may take when the model's context size is unknown.
+FILES_BUDGET_UNKNOWN = 8000
 
 
 class LLMParam(ComponentParamBase):
@@ -178,6 +181,8 @@ def normalize_prompts(prompts: Any) -> list[dict]:
 class LLM(ComponentBase):
     component_name = "LLM"
     param_class = LLMParam
+    #: Whether the turn's files go to the model (not for Categorize, which classifies text).
+    takes_files = True
 
     # -- what subclasses change ---------------------------------------------------------
     def system_prompt(self) -> str:
@@ -223,12 +228,29 @@ class LLM(ComponentBase):
         if tools:
             options["tools"] = tools
         prompt_tokens = messages_tokens(head + prompts) + (count_tokens(json.dumps(tools)) if tools else 0)
+        user_prompt = "\n\n".join(p["content"] for p in prompts if p["role"] == "user")
+        attached: list[str] = []
+        cut: list[str] = []
+        if self.takes_files and not kwargs.get("user_prompt"):
+            prompts, attached, cut, file_tokens = self.attach_files(
+                prompts, model, options.get("max_tokens", 0), prompt_tokens
+            )
+            prompt_tokens += file_tokens
         window = int(self._param.message_history_window_size)
         budget = history_budget(model.context_size, options.get("max_tokens", 0), prompt_tokens)
         history = select_history(memory.entries(window), window, budget)
         messages = head + history + prompts
-        user_prompt = "\n\n".join(p["content"] for p in prompts if p["role"] == "user")
         self.inputs_seen = {"llm_id": model.llm_id, "prompt": user_prompt, "history_messages": len(history)}
+        if attached or self._referenced_file_ids():
+            # Memory keeps the files' names, never their content (attach again to resend).
+            with self._canvas.files_as_names():
+                named = self.prompt_messages(kwargs)
+            user_prompt = "\n\n".join(p["content"] for p in named if p["role"] == "user")
+        if attached:
+            user_prompt = f"{user_prompt}\n\n[attached: {', '.join(attached)}]"
+            self.inputs_seen["files"] = attached
+            if cut:
+                self.inputs_seen["files_cut"] = cut
         client = ChatClient(model, who=self.id, sleep=self._canvas.sleep)
         usage: dict[str, int] = {}
         streamed = schema is None and self._streams_to_message()
@@ -246,6 +268,53 @@ class LLM(ComponentBase):
             return None
         done("".join(rounds))
         return None
+
+    def attach_files(
+        self, prompts: list[dict], model: ModelConfig, max_tokens: int, prompt_tokens: int
+    ) -> tuple[list[dict], list[str], list[str], int]:
+        """The turn's files added to the last user message (DESIGN §13).
+
+        Documents the prompts do not already reference go in as parsed text, within
+        what the context leaves (``FILES_BUDGET_UNKNOWN`` tokens when the model's
+        context size is unknown), with a note of what was cut; images go in as image
+        parts when the model takes them, else the node fails saying so.
+
+        Returns:
+            ``(prompts, file names, notes of what was cut, tokens added)``.
+        """
+        files = self._canvas.turn_files()
+        service = self._canvas.services.get("files")
+        if not files or service is None:
+            return prompts, [], [], 0
+        referenced = self._referenced_file_ids()
+        documents = [f for f in files if not is_image(f) and f.get("id") not in referenced]
+        images = image_parts(files, service, model.vision, self.id)
+        if model.context_size:
+            budget = int(model.context_size) - max(0, int(max_tokens or 0)) - prompt_tokens
+        else:
+            budget = FILES_BUDGET_UNKNOWN
+        text, cut = documents_for_prompt(documents, service, budget, count_tokens)
+        prompts = [dict(p) for p in prompts]
+        last = next((i for i in range(len(prompts) - 1, -1, -1) if prompts[i]["role"] == "user"), None)
+        if last is None:
+            prompts.append({"role": "user", "content": ""})
+            last = len(prompts) - 1
+        content = "\n\n".join(t for t in (prompts[last]["content"], text) if t)
+        prompts[last]["content"] = [{"type": "text", "text": content}, *images] if images else content
+        added = count_tokens(text) + len(images) * IMAGE_TOKENS
+        return prompts, [str(f.get("name")) for f in files], cut, added
+
+    def _referenced_file_ids(self) -> set[str]:
+        """Ids of the files the prompts reference (already rendered into them as text)."""
+        ids: set[str] = set()
+        for ref in find_refs([self._param.sys_prompt, self._param.prompts]):
+            try:
+                value = self._canvas.get_value(ref)
+            except Exception:  # noqa: BLE001 - a reference that cannot be read names no file
+                continue
+            if is_file_list(value):
+                ids.update(str(f.get("id")) for f in value)
+        return ids
 
     def _rounds(
         self, client: ChatClient, messages: list[dict], options: dict, usage: dict, streamed: bool

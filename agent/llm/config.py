@@ -11,11 +11,13 @@ that the host passes as ``canvas.services["llm_settings"]``::
         api_key_env: OPENAI_API_KEY   # the key is read from this variable, never stored
         models: [{name: gpt-4o-mini, context_size: 128000}]
         timeout_seconds: 60           # optional per provider; else the llm section's
+        vision: true                  # optional: its models take images (a model entry may say too)
     # The environment alone can define a provider, named "default":
     base_url: ...                     # AGENTCANVAS_LLM_BASE_URL
     api_key: ...                      # AGENTCANVAS_LLM_API_KEY
     model: ...                        # AGENTCANVAS_LLM_MODEL
     context_size: ...                 # AGENTCANVAS_LLM_CONTEXT_SIZE (optional)
+    vision: ...                       # AGENTCANVAS_LLM_VISION=1: the model takes images
     # Calls (section-wide; a provider may override each):
     timeout_seconds: 60               # per request; a stream may pause this long between chunks
     max_retries: 2                    # retries on HTTP 429 and 5xx
@@ -63,6 +65,7 @@ class ModelConfig:
     base_url: str
     api_key: str = field(repr=False)
     context_size: int | None = None
+    vision: bool = False
     timeout_seconds: float = DEFAULTS["timeout_seconds"]
     max_retries: int = DEFAULTS["max_retries"]
     retry_backoff_seconds: float = DEFAULTS["retry_backoff_seconds"]
@@ -135,6 +138,7 @@ def _providers(settings: Mapping[str, Any]) -> dict[str, dict]:
                 else []
             ),
             "_api_key": _env_api_key(settings),
+            "vision": settings.get("vision") or False,
         }
     return out
 
@@ -191,6 +195,20 @@ def _context_size(provider: dict, model: str) -> int | None:
     return None
 
 
+def _vision(provider: dict, model: str) -> bool:
+    """Whether the model takes images: its own entry's ``vision``, else the provider's."""
+    for m in provider.get("models") or []:
+        if isinstance(m, dict) and m.get("name") == model and "vision" in m:
+            return _truthy(m["vision"])
+    return _truthy(provider.get("vision"))
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
 def _api_key(provider: dict, environ: Mapping[str, str]) -> str:
     if "_api_key" in provider:
         return str(provider["_api_key"])
@@ -226,6 +244,7 @@ def _model_config(
         base_url=str(provider["base_url"]),
         api_key=_api_key(provider, environ),
         context_size=_context_size(provider, model),
+        vision=_vision(provider, model),
         timeout_seconds=_number("timeout_seconds", provider, settings, float),
         max_retries=_number("max_retries", provider, settings, int),
         retry_backoff_seconds=_number("retry_backoff_seconds", provider, settings, float),

@@ -42,6 +42,10 @@ def encoding():
     return _encoding
 
 
+#: What one image part is counted as (OpenAI's "low detail" cost; providers differ).
+IMAGE_TOKENS = 85
+
+
 @lru_cache(maxsize=8192)
 def count_tokens(text: str) -> int:
     """Tokens in ``text``. Cached: the same history texts are counted turn after turn."""
@@ -60,6 +64,11 @@ def messages_tokens(messages: list[dict]) -> int:
     total = 0
     for m in messages:
         content = m.get("content")
+        if isinstance(content, list):  # parts: text and images (an image counted as IMAGE_TOKENS)
+            text = "\n".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+            images = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+            total += message_tokens(text) + images * IMAGE_TOKENS
+            continue
         if not isinstance(content, str):
             content = "" if content is None else str(content)
         total += message_tokens(content)

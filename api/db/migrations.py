@@ -29,11 +29,13 @@ from api.db.models import (
     Dataset,
     Document,
     DocumentPiece,
+    FilePiece,
     MemoryEntry,
     MessageLog,
     SchemaVersion,
     Session,
     Tenant,
+    UploadFile,
 )
 
 log = logging.getLogger("agentcanvas.db")
@@ -76,6 +78,11 @@ def _create_knowledge_bases(database: Database) -> None:
     fulltext.create_schema(database)
 
 
+def _create_upload_files(database: Database) -> None:
+    UploadFile.create_table(safe=True)
+    FilePiece.create_table(safe=True)
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -83,6 +90,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (3, "memory_entry: keyed LLM memory that outlives a session", _create_memory_entry),
     (4, "datasets, documents, chunks and the full-text index", _create_knowledge_bases),
     (5, "session.transcript_bytes (transcript cap), message_log.abandoned", _add_transcript_columns),
+    (6, "upload_file, file_piece: files in conversations", _create_upload_files),
 ]
 
 

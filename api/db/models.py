@@ -41,6 +41,12 @@ class LongTextField(TextField):
     field_type = "LONGTEXT"
 
 
+class LongBlobField(BlobField):
+    """``LONGBLOB`` on MySQL (``BLOB`` holds only 64 KiB); a plain blob on SQLite."""
+
+    field_type = "LONGBLOB"
+
+
 class BaseModel(Model):
     class Meta:
         database = db
@@ -321,6 +327,49 @@ class FullTextEntry(BaseModel):
         )
 
 
+class UploadFile(BaseModel):
+    """A file uploaded for conversations (DESIGN §13): its descriptor and where its bytes are.
+
+    Files are the tenant's; one uploaded through the embed page is also its visitor's
+    (``end_user``, the page's ``user_id``) and only that visitor can use it. The bytes,
+    and for a document its parsed text, are in :class:`FilePiece` rows (``store`` =
+    ``database``) or in files under the configured directory (``store`` =
+    ``directory``); see :mod:`api.services.files`.
+    """
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    agent_id = CharField(max_length=32)
+    end_user = CharField(max_length=255, null=True)
+    created_by = CharField(max_length=255)
+    name = CharField(max_length=255)
+    size = BigIntegerField()
+    extension = CharField(max_length=32)
+    mime_type = CharField(max_length=128)
+    kind = CharField(max_length=16)
+    store = CharField(max_length=16, default="database")
+    sha256 = CharField(max_length=64)
+    text_chars = BigIntegerField(default=0)
+    create_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "create_time"), False),)
+
+
+class FilePiece(BaseModel):
+    """One piece of a stored file: ``part`` is ``data`` (the bytes) or ``text`` (parsed
+    text, UTF-8); pieces are small enough for MySQL's ``max_allowed_packet``."""
+
+    id = BigAutoField()
+    file_id = CharField(max_length=32)
+    part = CharField(max_length=8)
+    seq = IntegerField()
+    data = LongBlobField()
+
+    class Meta:
+        indexes = ((("file_id", "part", "seq"), True),)
+
+
 ALL_MODELS = (
     SchemaVersion,
     Tenant,
@@ -335,4 +384,6 @@ ALL_MODELS = (
     DocumentPiece,
     Chunk,
     FullTextEntry,
+    UploadFile,
+    FilePiece,
 )
