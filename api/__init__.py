@@ -37,6 +37,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     from api.services.turns import TurnService
 
     app.extensions["agentcanvas.turns"] = TurnService(app.config)
+    _start_knowledge_bases(app)
 
     @app.teardown_appcontext
     def _release_connection(exc: BaseException | None) -> None:
@@ -57,3 +58,24 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     register_all(app)
     return app
+
+
+def _start_knowledge_bases(app: Flask) -> None:
+    """The ``datasets`` settings and this process's parse threads (see api.services.parsing)."""
+    from api.services.datasets import KnowledgeLimits
+    from api.services.parsing import ParseWorkers
+    from api.services.retrieval import embedder
+
+    settings = app.config.get("SETTINGS") or {}
+    limits = KnowledgeLimits.from_settings(
+        {"datasets": {**(settings.get("datasets") or {}), **app.config.get("DATASETS", {})}}
+    )
+    app.extensions["agentcanvas.knowledge_limits"] = limits
+    workers = ParseWorkers(
+        limits,
+        float(app.config["LEASE_SECONDS"]),
+        float(app.config.get("PARSE_POLL_SECONDS", 1.0)),
+        embedder(settings.get("llm") or {}, limits.embedding_batch),
+    )
+    app.extensions["agentcanvas.parsing"] = workers
+    workers.start()

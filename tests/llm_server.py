@@ -7,7 +7,10 @@
         server.requests[-1]["body"]["messages"]   # exactly what was sent
 
 Routes: ``POST /v1/chat/completions`` (streamed as real SSE ``data: {...}`` chunks
-ending in ``data: [DONE]``, or whole), ``GET /v1/models``. Each request takes the
+ending in ``data: [DONE]``, or whole), ``POST /v1/embeddings`` (deterministic
+vectors: each word of the text is hashed into one of :data:`EMBEDDING_DIMENSIONS`
+dimensions, then the vector is normalised, so texts sharing words are close),
+``GET /v1/models``. Each request takes the
 next queued :class:`Reply`; with the queue empty the default rule answers:
 
 * a request with a JSON-schema ``response_format`` gets a JSON value of that schema;
@@ -28,6 +31,7 @@ at it.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import socket
@@ -38,6 +42,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 DEFAULT_MODEL = "test-model"
+EMBEDDING_DIMENSIONS = 64
 API_KEY = "sk-test-0123456789abcdef"
 
 
@@ -213,6 +218,16 @@ def default_reply(body: dict) -> Reply:
     return text(f"echo: {last_user}")
 
 
+def embedding_of(text: str) -> list[float]:
+    """The test server's vector for ``text`` (see the module docstring)."""
+    vector = [0.0] * EMBEDDING_DIMENSIONS
+    for word in re.findall(r"\w+", str(text).lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        vector[digest[0] % EMBEDDING_DIMENSIONS] += 1.0 if digest[1] % 2 else -1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
 def example_of(schema: dict, name: str) -> Any:
     """A small value that fits a JSON schema."""
     if "enum" in schema and schema["enum"]:
@@ -281,6 +296,9 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             server._record(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            if self.path.rstrip("/").endswith("/embeddings"):
+                self._embeddings(body)
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
@@ -301,6 +319,33 @@ def _handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                     self._json(200, self._completion(body, reply), reply.headers)
             except (TimeoutError, BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (e.g. its timeout): nothing to answer
+
+        def _embeddings(self, body: dict) -> None:
+            texts = body.get("input")
+            if isinstance(texts, str):
+                texts = [texts]
+            if not body.get("model") or not isinstance(texts, list) or not texts:
+                self._json(400, {"error": {"message": "'model' and 'input' are required", "type": "invalid"}})
+                return
+            reply = server._next_reply(body) if server.pending() else Reply()
+            server._sleep(reply.delay)
+            if reply.status != 200:
+                err = {"message": reply.error, "type": "injected", "code": reply.status}
+                self._json(reply.status, {"error": err}, reply.headers)
+                return
+            data = [
+                {"object": "embedding", "index": i, "embedding": embedding_of(t)} for i, t in enumerate(texts)
+            ]
+            tokens = sum(words(t) for t in texts)
+            self._json(
+                200,
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body["model"],
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            )
 
         # -- shapes ---------------------------------------------------------------
         def _usage(self, body: dict, reply: Reply) -> dict:

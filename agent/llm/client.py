@@ -127,13 +127,33 @@ class ChatClient:
         return ChatStream(raw, self)
 
     # ------------------------------------------------------------------ plumbing
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text from the provider's embeddings endpoint (one request)."""
+        if not texts:
+            return []
+        response = self._with_retries(lambda c: c.embeddings.create(model=self.config.model, input=texts))
+        try:
+            rows = sorted(response.data, key=lambda d: d.index)
+            vectors = [list(map(float, d.embedding)) for d in rows]
+        except (AttributeError, TypeError, ValueError):
+            raise self._error(LLMError, "answered the embeddings request with no vectors") from None
+        if len(vectors) != len(texts):
+            raise self._error(LLMError, f"returned {len(vectors)} embeddings for {len(texts)} texts")
+        return vectors
+
     def _create(self, messages: list[dict], **kwargs: Any) -> Any:
-        client = _openai_client(self.config)
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        return self._with_retries(
+            lambda c: c.chat.completions.create(model=self.config.model, messages=messages, **kwargs)
+        )
+
+    def _with_retries(self, call: Callable[[openai.OpenAI], Any]) -> Any:
+        """``call(client)``, retried on HTTP 429 and 5xx; errors translated to ``LLMError``."""
+        client = _openai_client(self.config)
         attempt = 0
         while True:
             try:
-                return client.chat.completions.create(model=self.config.model, messages=messages, **kwargs)
+                return call(client)
             except openai.APIStatusError as e:
                 status = e.status_code
                 if (status == 429 or status >= 500) and attempt < self.config.max_retries:

@@ -113,6 +113,7 @@ def app_factory(database_url):
         settings = {
             "DATABASE_URL": database_url,
             "CANCEL_POLL_SECONDS": 0.02,
+            "PARSE_POLL_SECONDS": 0.05,
             "SERVICES": {"gate": threading.Event()},
         }
         settings.update(config)
@@ -124,6 +125,7 @@ def app_factory(database_url):
     for app in made:
         app.config["SERVICES"]["gate"].set()
         app.extensions["agentcanvas.turns"].wait_idle(30)
+        app.extensions["agentcanvas.parsing"].stop()
     if db.obj is not None:
         db.obj.close_all()
 
@@ -165,6 +167,9 @@ class Api:
 
     def delete(self, path: str, **kw):
         return self.call("DELETE", path, **kw)
+
+    def patch(self, path: str, **kw):
+        return self.call("PATCH", path, **kw)
 
     def create_agent(self, dsl: dict, title: str | None = None) -> str:
         resp = self.post("/agents", json={"title": title or f"agent-{uuid.uuid4().hex[:8]}", "dsl": dsl})
