@@ -36,7 +36,7 @@ test: install browser services lint
 
 bench: install services
 	$(BIN)/pip install -q -e '.[test,bench]'
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in bench/[!_]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _path  # noqa: E402, F401 - the project on the path, bench/ off it
 
 from agent.canvas import Canvas  # noqa: E402
 

@@ -24,31 +24,25 @@ round, one right after the other.
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import os
+import shutil
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
 
-# This file is called http.py: keep its folder off the path, or ``import http``
-# (done by every HTTP library) would find it instead of the standard library's.
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, ROOT)
-
-import argparse  # noqa: E402
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import socket  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from _path import BENCH, ROOT
 
 ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
-BASELINE = os.path.join(HERE, "http_baseline.json")
+BASELINE = os.path.join(BENCH, "http_baseline.json")
 BIN = os.path.dirname(sys.executable)
 
 
@@ -197,7 +191,7 @@ def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -
     seed = os.path.join(tmp, "floor-seed.json")
     with open(seed, "w", encoding="utf-8") as fh:
         fh.write(str(canvas))
-    script = os.path.join(HERE, "floor_app.py")
+    script = os.path.join(BENCH, "support", "floor_app.py")
     subprocess.run(
         [sys.executable, script, "--db", url, "--seed", seed, "--sessions", str(sessions)], check=True
     )

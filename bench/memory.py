@@ -15,13 +15,12 @@ Goal: the 1,000-message prompt costs at most 2× the 10-message one.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _path  # noqa: E402, F401 - the project on the path, bench/ off it
 
 from agent.canvas import Canvas  # noqa: E402
 from agent.llm.tokens import MESSAGE_OVERHEAD, encoding, messages_tokens  # noqa: E402

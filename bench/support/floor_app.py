@@ -6,8 +6,8 @@ transaction with the same driver we use (sqlite3 / pymysql, no ORM): read the
 session's snapshot row, parse it, append the exchange to its bounded history, write
 it back where the version still matches, append two message rows, commit.
 
-    python bench/floor_app.py --db URL --port P [--workers N] [--threads N]
-    python bench/floor_app.py --db URL --seed SNAPSHOT_FILE --sessions N   # make the rows
+    python bench/support/floor_app.py --db URL --port P [--workers N] [--threads N]
+    python bench/support/floor_app.py --db URL --seed SNAPSHOT_FILE --sessions N   # make the rows
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-# bench/http.py sits beside this file: keep the folder off the path (see there).
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != HERE]
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import argparse  # noqa: E402
 import sqlite3  # noqa: E402
