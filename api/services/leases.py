@@ -31,6 +31,8 @@ from api.db import db, now_ms
 log = logging.getLogger("agentcanvas.leases")
 
 _HOST = socket.gethostname()[:24]
+#: Polls without any lease before a keeper's thread sleeps until the next one.
+_IDLE_POLLS = 20
 
 
 def new_owner() -> str:
@@ -92,15 +94,21 @@ class LeaseKeeper:
             self._held.pop(owner, None)
 
     def _loop(self) -> None:
+        idle = 0
         while True:
             with self._cond:
-                while not self._held:
+                # Asleep only after a while without leases: waking this thread for each
+                # short lease would cost the worker more than the lease itself.
+                while not self._held and idle >= _IDLE_POLLS:
                     self._cond.wait()
+                    idle = 0
             time.sleep(self.poll_seconds)
             with self._cond:
                 held = dict(self._held)
             if not held:
+                idle += 1
                 continue
+            idle = 0
             try:
                 self._tick(held)
             except PeeweeException as exc:
