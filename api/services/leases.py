@@ -35,9 +35,9 @@ _HOST = socket.gethostname()[:24]
 _IDLE_POLLS = 20
 
 
-def new_owner() -> str:
-    """A lease owner id unique to this claim: host, process and a random part."""
-    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:16]}"
+def new_owner(unique: str | None = None) -> str:
+    """A lease owner id unique to this claim: host, process and ``unique`` (random if not given)."""
+    return f"{_HOST}:{os.getpid()}:{unique or uuid.uuid4().hex[:16]}"
 
 
 def lease_free(model: type[Model], now: Any) -> Expression:

@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from flask import current_app
 from peewee import PeeweeException
@@ -124,6 +124,9 @@ class Turn:
     task_id: str
     created: bool = False
     result: TurnResult | None = None
+    #: False for an inline (blocking) turn: only its ending events are kept for
+    #: :meth:`events`, the ``message`` chunks are not queued (``wait()`` drops them).
+    keep_events: bool = True
     _queue: queue.Queue = field(default_factory=queue.Queue)
     _thread: threading.Thread | None = None
 
@@ -146,7 +149,7 @@ class Turn:
         """
         if self._thread is not None:
             self._thread.join()
-        else:
+        elif self.result is None:
             for _ in self.events():
                 pass
         assert self.result is not None
@@ -273,6 +276,16 @@ class TurnService:
             raise NotFound(f"session {session_id!r} of agent {agent_id!r} not found")
         return row
 
+    def _read_session(self, req: TurnRequest) -> _SessionRow:
+        """What a turn reads of its session, as plain values (no model object is built)."""
+        if not isinstance(req.session_id, str) or not req.session_id:
+            raise ArgumentError(f"'session_id' must be a session id, got {req.session_id!r}")
+        prepared = _READ_EMBED_SESSION if req.end_user is not None else _READ_SESSION
+        row = prepared.row(id=req.session_id, agent=req.agent_id, tenant=req.tenant_id, user=req.end_user)
+        if row is None:
+            raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
+        return _SessionRow(*row)
+
     # ------------------------------------------------------------------ turns
     def start(self, req: TurnRequest, inline: bool = False) -> Turn:
         """Authorise, claim and start a turn; its events arrive through the returned :class:`Turn`.
@@ -301,10 +314,12 @@ class TurnService:
                 # A turn refused before it ran leaves nothing behind, not even its new session.
                 _delete_session(row.id)
                 raise
-        row = self.find_session(req.tenant_id, req.agent_id, req.session_id, req.end_user)
+        row = self._read_session(req)
         return self._start(req, row, created=False, inline=inline)
 
-    def _start(self, req: TurnRequest, row: Session, created: bool, inline: bool = False) -> Turn:
+    def _start(
+        self, req: TurnRequest, row: Session | _SessionRow, created: bool, inline: bool = False
+    ) -> Turn:
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
@@ -312,9 +327,11 @@ class TurnService:
         services = {**self.services, **(req.services or {}), "memory_store": _memory_store(req)}
         canvas = Canvas(row.snapshot, limits=self.limits, services=services)
         pending = canvas.pending_form()
-        # A resumed form continues the turn that paused: same task id in its events.
-        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else uuid.uuid4().hex
-        claim = self._claim(row, task_id, canvas)
+        # One random id per turn: its task id (unless it resumes a paused form, whose
+        # turn it continues), its message id and its lease owner.
+        turn_id = uuid.uuid4()
+        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id.hex
+        claim = self._claim(row, task_id, canvas, new_owner(turn_id.hex[:16]))
         try:
             events = canvas.run(
                 query=req.query,
@@ -325,13 +342,14 @@ class TurnService:
                 agent_id=req.agent_id,
                 invoke_from=req.invoke_from,
                 task_id=task_id,
+                message_id=str(turn_id),
             )
         except BaseException:
             self._release(claim)
             raise
         stop = self.keeper.track(claim.owner)
         canvas.cancel_check = stop.is_set
-        turn = Turn(session_id=session_id, task_id=task_id, created=created)
+        turn = Turn(session_id=session_id, task_id=task_id, created=created, keep_events=not inline)
         with self._active_lock:
             self._active.add(turn)
         if inline:
@@ -348,7 +366,7 @@ class TurnService:
         turn._thread.start()
         return turn
 
-    def _check_transcript_room(self, row: Session) -> None:
+    def _check_transcript_room(self, row: Session | _SessionRow) -> None:
         """Refuse a turn on a session whose stored transcript is full (nothing changes).
 
         Checked before the turn runs, so a turn that started is saved whole: the log
@@ -361,8 +379,7 @@ class TurnService:
                 f"to go on"
             )
 
-    def _claim(self, row: Session, task_id: str, canvas: Canvas) -> _Claim:
-        owner = new_owner()
+    def _claim(self, row: Session | _SessionRow, task_id: str, canvas: Canvas, owner: str) -> _Claim:
         now = now_ms()
         claimed = _CLAIM.execute(
             owner=owner, expires=now + self.lease_ms, task_id=task_id, id=row.id, version=row.version, now=now
@@ -402,7 +419,8 @@ class TurnService:
                         continue
                     if event["event"] == "message":
                         parts.append(str(event["data"].get("content") or ""))
-                    turn._queue.put(event)
+                    if turn.keep_events:
+                        turn._queue.put(event)
             except Exception as exc:  # noqa: BLE001 - run() should not raise; never lose the lease over it
                 log.exception("canvas run raised")
                 held = [
@@ -574,18 +592,34 @@ class LeaseLost(Exception):
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
-def _find(embed: bool) -> Prepared:
+class _SessionRow(NamedTuple):
+    """The columns of a session a turn reads (``_start`` takes this or a ``Session``)."""
+
+    id: str
+    snapshot: str
+    version: int
+    round: int
+    user_id: str
+    pending_form: str | None
+    lease_owner: str | None
+    lease_expires: int
+    transcript_bytes: int
+
+
+def _find(embed: bool, columns: tuple[str, ...] = ()) -> Prepared:
     def build(m):
         cond = (Session.id == m("id")) & (Session.agent_id == m("agent")) & (Session.tenant_id == m("tenant"))
         if embed:
             cond &= (Session.user_id == m("user")) & (Session.source == "embed")
-        return Session.select().where(cond)
+        return Session.select(*(getattr(Session, c) for c in columns)).where(cond)
 
     return Prepared(build)
 
 
 _FIND_SESSION = _find(embed=False)
 _FIND_EMBED_SESSION = _find(embed=True)
+_READ_SESSION = _find(embed=False, columns=_SessionRow._fields)
+_READ_EMBED_SESSION = _find(embed=True, columns=_SessionRow._fields)
 _CLAIM = Prepared(
     lambda m: Session.update(
         {
