@@ -1,7 +1,9 @@
-"""Configuration: ``conf/service_conf.yaml`` overridden by the environment.
+"""Configuration: ``conf/service_conf.yaml`` overridden by the environment; where data goes.
 
-The file is found from the package (``<project>/conf/service_conf.yaml``), not from
-the working directory, or named by ``AGENTCANVAS_CONF``. Any key can be overridden
+The file is found from the package, not from the working directory: in a checkout
+``<project>/conf/service_conf.yaml``, in an installed wheel the copy it carries
+(:func:`resource_dir`); or it is named by ``AGENTCANVAS_CONF``. Data (the SQLite
+file, stored files) goes under :func:`data_home`. Any key can be overridden
 with ``AGENTCANVAS_<SECTION>_<KEY>`` (``AGENTCANVAS_LIMITS_MAX_STEPS=2000``); values
 are parsed as YAML so numbers, booleans and lists keep their types, except for keys
 that hold text (see :data:`TEXT_KEYS`). Both ``agent``
@@ -18,7 +20,10 @@ from typing import Any
 import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONF = PROJECT_ROOT / "conf" / "service_conf.yaml"
+#: A source checkout (or an editable install of one), not a wheel in site-packages.
+IS_CHECKOUT = (PROJECT_ROOT / "setup.cfg").is_file() and (PROJECT_ROOT / "conf").is_dir()
+#: Where a built wheel carries ``conf/`` and ``samples/`` (copied there by setup.py).
+BUNDLED = Path(__file__).resolve().parent / "_bundled"
 ENV_PREFIX = "AGENTCANVAS_"
 # Values that are text whatever they look like (a key "0123", a model "1.5").
 TEXT_KEYS = {
@@ -28,6 +33,28 @@ TEXT_KEYS = {
     ("llm", "default_provider"),
     ("database", "url"),
 }
+
+
+def resource_dir(name: str) -> Path:
+    """The folder ``conf`` or ``samples``: the checkout's own, or the wheel's copy."""
+    return (PROJECT_ROOT if IS_CHECKOUT else BUNDLED) / name
+
+
+DEFAULT_CONF = resource_dir("conf") / "service_conf.yaml"
+
+
+def data_home(env: dict[str, str] | None = None) -> Path:
+    """Where data goes: ``AGENTCANVAS_HOME``; else ``<project>/data`` in a checkout, else
+    the user's data directory (``~/.local/share/agentcanvas`` on Linux). Never inside
+    ``site-packages``. Not created here."""
+    env = os.environ if env is None else env
+    if env.get("AGENTCANVAS_HOME"):
+        return Path(env["AGENTCANVAS_HOME"]).expanduser().resolve()
+    if IS_CHECKOUT:
+        return PROJECT_ROOT / "data"
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("agentcanvas", appauthor=False))
 
 
 def conf_path(env: dict[str, str] | None = None) -> Path:

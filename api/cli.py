@@ -26,13 +26,13 @@ from typing import Any
 from peewee import PeeweeException
 
 from agent.errors import CanvasError
-from agent.settings import PROJECT_ROOT, load_settings
+from agent.settings import load_settings, resource_dir
 from api import config as app_config
 from api.db import Agent, db, init_database
 from api.errors import ApiError
 from api.services.tokens import DEFAULT_TENANT
 
-SAMPLES_DIR = PROJECT_ROOT / "samples"
+SAMPLES_DIR = resource_dir("samples")
 
 
 def _settings() -> dict[str, Any]:

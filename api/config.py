@@ -26,7 +26,8 @@ from typing import Any
 from agent.canvas import Limits
 
 DEFAULTS: dict[str, Any] = {
-    "DATABASE_URL": "sqlite:///data/agentcanvas.db",
+    # A relative SQLite path is under AGENTCANVAS_HOME (agent.settings.data_home).
+    "DATABASE_URL": "sqlite:///agentcanvas.db",
     "DB_MAX_CONNECTIONS": 32,
     # How long a turn's claim on a session lasts without renewal; a crashed worker's
     # session is free again after this.

@@ -1,7 +1,8 @@
 """Opening the database named by a URL, and the late-bound handle the models use.
 
-``sqlite:///data/agentcanvas.db`` (a relative path is taken from the project root,
-so every command finds the same file whatever its working directory),
+``sqlite:///agentcanvas.db`` (a relative path is under ``AGENTCANVAS_HOME``, see
+:func:`agent.settings.data_home`, so every command finds the same file whatever its
+working directory),
 ``mysql://user:password@host:3306/dbname`` (``mariadb://`` is accepted as a synonym)
 or ``postgresql://user:password@host:5432/dbname`` (``postgres://`` too; psycopg 3).
 All are connection pools. SQLite runs in WAL mode with a busy timeout; MySQL and
@@ -30,7 +31,7 @@ from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
 from playhouse.shortcuts import ReconnectMixin
 
-from agent.settings import PROJECT_ROOT
+from agent.settings import data_home
 
 #: The handle every model is bound to; :func:`bind_database` points it at a real one.
 db = DatabaseProxy()
@@ -116,12 +117,12 @@ def _sqlite_path(url: str) -> str:
         path = path[1:]  # sqlite:///rel.db -> rel.db ; sqlite:////abs.db -> /abs.db
     if not path or path == ":memory:":
         raise ValueError(
-            f"database URL {url!r} names no file; use sqlite:///data/agentcanvas.db "
+            f"database URL {url!r} names no file; use sqlite:///agentcanvas.db "
             f"(in-memory databases are not shared between threads)"
         )
     file = Path(path)
     if not file.is_absolute():
-        file = PROJECT_ROOT / file
+        file = data_home() / file
     file.parent.mkdir(parents=True, exist_ok=True)
     return str(file)
 
@@ -135,7 +136,7 @@ def open_database(url: str, max_connections: int = 32) -> Database:
     """
     if not isinstance(url, str) or "://" not in url:
         raise ValueError(
-            f"database URL {url!r} is not a URL; use sqlite:///data/agentcanvas.db, "
+            f"database URL {url!r} is not a URL; use sqlite:///agentcanvas.db, "
             f"mysql://user:password@host:3306/dbname or postgresql://user:password@host:5432/dbname"
         )
     scheme = urlparse(url).scheme.lower()

@@ -77,9 +77,22 @@ def database_url(request, tmp_path) -> Iterator[str]:
 
 # ---------------------------------------------------------------------- servers
 class ServerProcess:
-    """One ``agentcanvas serve`` process (gunicorn master and its workers, one process group)."""
+    """One ``agentcanvas serve`` process (gunicorn master and its workers, one process group).
 
-    def __init__(self, env: dict[str, str], cwd: Path, log_path: Path, workers: int, threads: int):
+    ``command`` is what runs before ``--host/--port/--workers/--threads``: ``agentcanvas
+    serve`` of this virtual environment unless told otherwise (``quickstart`` takes the
+    same options)."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        workers: int,
+        threads: int,
+        command: tuple[str, ...] = (str(AGENTCANVAS), "serve"),
+    ):
+        self.command = command
         self.env = env
         self.cwd = cwd
         self.log_path = log_path
@@ -108,7 +121,7 @@ class ServerProcess:
             self.port = free_port()
             with open(self.log_path, "a", encoding="utf-8") as log:
                 self.proc = subprocess.Popen(
-                    [str(AGENTCANVAS), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+                    [*self.command, "--host", "127.0.0.1", "--port", str(self.port)]
                     + ["--workers", str(self.workers), "--threads", str(self.threads)],
                     cwd=self.cwd,
                     env=self.env,
