@@ -13,6 +13,11 @@ key                       from
 ``MAX_CONTENT_LENGTH``    ``limits.max_body_bytes``
 ``PAGE_SIZE``             ``limits.page_size``
 ``MAX_TRANSCRIPT_BYTES``  ``session.max_transcript_bytes``
+``KEEP_SNAPSHOTS``        ``session.keep_snapshots``
+``SESSION_TTL_SECONDS``   ``session.ttl_seconds``
+``SWEEP_BATCH``           ``session.sweep_batch``
+``SWEEP_INTERVAL_SECONDS`` ``session.sweep_interval_seconds``
+``MEMORY_TTL_SECONDS``    ``memory.ttl_seconds``
 ``LIMITS``                ``limits`` (the fields of :class:`agent.canvas.Limits`)
 ``SETTINGS``              everything, for services that read other sections
 ========================  =====================================
@@ -38,6 +43,13 @@ DEFAULTS: dict[str, Any] = {
     "PAGE_SIZE": 100,
     # The most bytes a session's message log may hold (its stored transcript).
     "MAX_TRANSCRIPT_BYTES": 16 * 1024 * 1024,
+    # Earlier states kept per session for regenerate and undo (0: none).
+    "KEEP_SNAPSHOTS": 10,
+    # Idle-session lifetime (0: forever), the sweep's batch and pace, keyed memory's lifetime.
+    "SESSION_TTL_SECONDS": 0,
+    "SWEEP_BATCH": 500,
+    "SWEEP_INTERVAL_SECONDS": 60,
+    "MEMORY_TTL_SECONDS": 0,
     "LIMITS": {},
     "SETTINGS": {},
     # Objects handed to every Canvas as ``services`` (e.g. an LLM client factory).
@@ -52,6 +64,11 @@ _FROM_SETTINGS = {
     "MAX_CONTENT_LENGTH": ("limits", "max_body_bytes"),
     "PAGE_SIZE": ("limits", "page_size"),
     "MAX_TRANSCRIPT_BYTES": ("session", "max_transcript_bytes"),
+    "KEEP_SNAPSHOTS": ("session", "keep_snapshots"),
+    "SESSION_TTL_SECONDS": ("session", "ttl_seconds"),
+    "SWEEP_BATCH": ("session", "sweep_batch"),
+    "SWEEP_INTERVAL_SECONDS": ("session", "sweep_interval_seconds"),
+    "MEMORY_TTL_SECONDS": ("memory", "ttl_seconds"),
 }
 
 
@@ -86,10 +103,16 @@ def check(config: dict[str, Any]) -> None:
         "PAGE_SIZE",
         "DB_MAX_CONNECTIONS",
         "MAX_TRANSCRIPT_BYTES",
+        "SWEEP_BATCH",
+        "SWEEP_INTERVAL_SECONDS",
     ):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"setting {key} must be a positive number, got {value!r}")
+    for key in ("KEEP_SNAPSHOTS", "SESSION_TTL_SECONDS", "MEMORY_TTL_SECONDS"):
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"setting {key} must be a whole number, 0 or more, got {value!r}")
     if not isinstance(config.get("LIMITS"), dict):
         raise ValueError(f"setting LIMITS must be a mapping of limit names, got {config.get('LIMITS')!r}")
 

@@ -79,6 +79,34 @@ def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
     return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
 
 
+def _rewind_request(agent_id: str, session_id: str, body: dict) -> TurnRequest:
+    return TurnRequest(
+        tenant_id=tenant_id(),
+        agent_id=agent_id,
+        session_id=session_id,
+        user_id=field(body, "user_id", str, default="", max_length=255),
+    )
+
+
+@bp.post("/agents/<agent_id>/sessions/<session_id>/regenerate")
+def regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
+    """Run the last turn again from the state before it; replies as a completion."""
+    body = json_body(required=False)
+    stream = flag(body.get("stream"), "stream", default=True)
+    return_trace = flag(body.get("return_trace"), "return_trace", default=False)
+    turn = turn_service().regenerate(_rewind_request(agent_id, session_id, body), inline=not stream)
+    return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
+
+
+@bp.post("/agents/<agent_id>/sessions/<session_id>/undo")
+def undo(agent_id: str, session_id: str) -> ResponseReturnValue:
+    """Restore the state before the last turn; replies as a completion (``message_end``)."""
+    body = json_body(required=False)
+    stream = flag(body.get("stream"), "stream", default=True)
+    turn = turn_service().undo(_rewind_request(agent_id, session_id, body))
+    return sse_reply(turn) if stream else blocking_reply(turn)
+
+
 @bp.post("/agents/<agent_id>/completions")
 def agent_completions(agent_id: str) -> ResponseReturnValue:
     return _complete(agent_id, json_body())

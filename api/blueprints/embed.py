@@ -30,7 +30,7 @@ from api.http import flag, json_body, ok, tenant_id, transcript_page_args
 from api.services import embed
 from api.services.agents import get_agent
 from api.services.tokens import create_token, tenant_for_token
-from api.services.turns import turn_service
+from api.services.turns import TurnRequest, turn_service
 
 bp = Blueprint("embed", __name__)
 page_bp = Blueprint("page", __name__)
@@ -156,7 +156,26 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
         if size > limit:
             raise TooLarge(f"{what} is {size} bytes; the limit is {limit} (limits.max_value_bytes)")
     stream = flag(body.get("stream"), "stream", default=True)
-    turn = embed.EndUserTurn(turn_service().start(req, inline=not stream))
+    return _bot_reply(embed.EndUserTurn(turn_service().start(req, inline=not stream)), stream)
+
+
+@bot_bp.post("/agentbots/<agent_id>/sessions/<session_id>/regenerate")
+def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
+    """The page's "Regenerate": the end user's last answer asked for again."""
+    body = json_body()
+    end_user = embed.check_end_user(body.get("user_id"))
+    req = TurnRequest(
+        tenant_id=tenant_id(),
+        agent_id=agent_id,
+        session_id=session_id,
+        invoke_from="embed",
+        end_user=end_user,
+    )
+    stream = flag(body.get("stream"), "stream", default=True)
+    return _bot_reply(embed.EndUserTurn(turn_service().regenerate(req, inline=not stream)), stream)
+
+
+def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:
     if stream:
         response = sse_reply(turn)
         status = 200

@@ -15,7 +15,17 @@ import logging
 import time
 from collections.abc import Callable
 
-from peewee import BigIntegerField, BooleanField, Database, Field, IntegrityError, OperationalError, TextField
+from peewee import (
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    Database,
+    Field,
+    IntegerField,
+    IntegrityError,
+    OperationalError,
+    TextField,
+)
 from playhouse.migrate import SchemaMigrator
 from playhouse.migrate import migrate as run_schema_changes
 
@@ -34,8 +44,11 @@ from api.db.models import (
     MessageLog,
     SchemaVersion,
     Session,
+    SessionSnapshot,
+    SessionTrash,
     Tenant,
     UploadFile,
+    WorkerLease,
 )
 
 log = logging.getLogger("agentcanvas.db")
@@ -68,6 +81,27 @@ def _add_transcript_columns(database: Database) -> None:
     _add_columns(database, MessageLog._meta.table_name, {"abandoned": BooleanField(default=False)})
 
 
+def _add_index(database: Database, model: type, columns: tuple[str, ...]) -> None:
+    table = model._meta.table_name
+    if any(tuple(i.columns) == columns for i in database.get_indexes(table)):
+        return
+    run_schema_changes(SchemaMigrator.from_database(database).add_index(table, columns, False))
+
+
+def _add_history_and_retention(database: Database) -> None:
+    for model in (SessionSnapshot, SessionTrash, WorkerLease):
+        model.create_table(safe=True)
+    _add_columns(database, Agent._meta.table_name, {"session_ttl_seconds": BigIntegerField(null=True)})
+    _add_columns(
+        database,
+        MemoryEntry._meta.table_name,
+        {"session_id": CharField(max_length=32, null=True), "round": IntegerField(null=True)},
+    )
+    _add_index(database, Session, ("update_time",))
+    _add_index(database, MemoryEntry, ("session_id", "round"))
+    _add_index(database, MemoryEntry, ("create_time",))
+
+
 def _create_memory_entry(database: Database) -> None:
     MemoryEntry.create_table(safe=True)
 
@@ -91,6 +125,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (4, "datasets, documents, chunks and the full-text index", _create_knowledge_bases),
     (5, "session.transcript_bytes (transcript cap), message_log.abandoned", _add_transcript_columns),
     (6, "upload_file, file_piece: files in conversations", _create_upload_files),
+    (
+        7,
+        "kept session snapshots, session trash, worker leases, agent.session_ttl_seconds, memory turns",
+        _add_history_and_retention,
+    ),
 ]
 
 

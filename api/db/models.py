@@ -94,6 +94,9 @@ class Agent(BaseModel):
     # The parent origins allowed to frame the agent's embed page, as a JSON list
     # (None: only this server itself); see api.services.embed. Not versioned with the DSL.
     embed_origins = TextField(null=True)
+    # How long this agent's idle sessions live, in seconds (0: forever); None follows the
+    # server's session.ttl_seconds (see api.services.retention).
+    session_ttl_seconds = BigIntegerField(null=True)
     create_time = BigIntegerField(default=now_ms)
     update_time = BigIntegerField(default=now_ms)
 
@@ -156,6 +159,7 @@ class Session(BaseModel):
         indexes = (
             (("agent_id", "create_time"), False),
             (("agent_id", "user_id"), False),
+            (("update_time",), False),
         )
 
 
@@ -202,10 +206,55 @@ class MemoryEntry(BaseModel):
     role = CharField(max_length=16)
     content = LongTextField(default="")
     tokens = IntegerField(default=0)
+    # The turn that wrote the entry: an undo or a regenerate of that turn takes it back.
+    session_id = CharField(max_length=32, null=True)
+    round = IntegerField(null=True)
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:
-        indexes = ((("tenant_id", "agent_id", "key_hash", "node_id", "id"), False),)
+        indexes = (
+            (("tenant_id", "agent_id", "key_hash", "node_id", "id"), False),
+            (("session_id", "round"), False),
+            (("create_time",), False),
+        )
+
+
+class SessionSnapshot(BaseModel):
+    """A kept earlier state of a session: the snapshot it had after ``round`` turns.
+
+    The turn service keeps the last ``session.keep_snapshots`` of them on the session's
+    active branch, for regenerate and undo (see :mod:`api.services.history`).
+    """
+
+    id = BigAutoField()
+    session_id = CharField(max_length=32)
+    round = IntegerField()
+    snapshot = LongTextField()
+    create_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("session_id", "round"), False),)
+
+
+class SessionTrash(BaseModel):
+    """A deleted or expired session whose messages, snapshots and files still wait for the sweep.
+
+    The session row itself is gone at once (readers no longer see it); the sweep
+    (:mod:`api.services.retention`) removes what belonged to it in bounded batches.
+    """
+
+    session_id = CharField(primary_key=True, max_length=32)
+    deleted_time = BigIntegerField(default=now_ms)
+
+
+class WorkerLease(BaseModel):
+    """A named lease for work that one worker at a time does (the sweep), with the same
+    columns and mechanism as a session's turn lease (:mod:`api.services.leases`)."""
+
+    name = CharField(primary_key=True, max_length=64)
+    lease_owner = CharField(max_length=64, null=True)
+    lease_expires = BigIntegerField(default=0)
+    cancel_requested = BooleanField(default=False)
 
 
 class Dataset(BaseModel):
@@ -379,6 +428,9 @@ ALL_MODELS = (
     Session,
     MessageLog,
     MemoryEntry,
+    SessionSnapshot,
+    SessionTrash,
+    WorkerLease,
     Dataset,
     Document,
     DocumentPiece,

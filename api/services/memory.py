@@ -69,11 +69,14 @@ class DatabaseMemoryStore:
     Args:
         tenant_id: the agent's tenant.
         agent_id: the agent whose nodes remember.
+        taken_back: ``(session_id, round)`` for a regenerate: the entries that session's
+            turns after ``round`` wrote are not read (the turn commits their removal).
     """
 
-    def __init__(self, tenant_id: str, agent_id: str):
+    def __init__(self, tenant_id: str, agent_id: str, taken_back: tuple[str, int] | None = None):
         self.tenant_id = tenant_id
         self.agent_id = agent_id
+        self.taken_back = taken_back
 
     def _scope(self, key: str) -> Expression:
         return (
@@ -92,11 +95,19 @@ class DatabaseMemoryStore:
         _checked(node_id, key)
         if limit <= 0:
             return []
+        cond = self._scope(key) & (MemoryEntry.node_id == node_id)
+        if self.taken_back is not None:
+            session_id, round_no = self.taken_back
+            cond &= (
+                MemoryEntry.session_id.is_null()
+                | (MemoryEntry.session_id != session_id)
+                | (MemoryEntry.round <= round_no)
+            )
         # The canvas runs in the turn's worker thread, which holds no connection.
         with db.connection_context():
             rows = list(
                 MemoryEntry.select(MemoryEntry.role, MemoryEntry.content, MemoryEntry.tokens)
-                .where(self._scope(key) & (MemoryEntry.node_id == node_id))
+                .where(cond)
                 .order_by(MemoryEntry.id.desc())
                 .limit(limit)
                 .tuples()
@@ -105,11 +116,17 @@ class DatabaseMemoryStore:
             {"role": role, "content": content, "tokens": tokens} for role, content, tokens in reversed(rows)
         ]
 
-    def commit(self, writes: dict[tuple[str, str], list[dict]]) -> None:
+    def commit(
+        self,
+        writes: dict[tuple[str, str], list[dict]],
+        session_id: str | None = None,
+        round_no: int | None = None,
+    ) -> None:
         """Append a turn's ``canvas.memory_writes`` and trim each group to its newest entries.
 
-        The turn service calls it inside the end-of-turn transaction; called outside
-        one, it opens its own.
+        The turn service calls it inside the end-of-turn transaction, naming the turn
+        (``session_id``, ``round_no``) so that an undo or regenerate of that turn can take
+        its entries back; called outside one, it opens its own.
 
         Raises:
             ValueError: a key or node id cannot be stored (nothing is written).
@@ -119,12 +136,14 @@ class DatabaseMemoryStore:
         for node_id, key in writes:
             _checked(node_id, key)
         if db.in_transaction():
-            self._write(writes)
+            self._write(writes, session_id, round_no)
         else:
             with write_transaction():
-                self._write(writes)
+                self._write(writes, session_id, round_no)
 
-    def _write(self, writes: dict[tuple[str, str], list[dict]]) -> None:
+    def _write(
+        self, writes: dict[tuple[str, str], list[dict]], session_id: str | None, round_no: int | None
+    ) -> None:
         now = now_ms()
         rows = [
             {
@@ -136,6 +155,8 @@ class DatabaseMemoryStore:
                 "role": entry["role"],
                 "content": entry["content"],
                 "tokens": entry_tokens(entry),
+                "session_id": session_id,
+                "round": round_no,
                 "create_time": now,
             }
             for (node_id, key), entries in writes.items()

@@ -27,6 +27,7 @@ proceeds from the last committed snapshot.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import queue
@@ -46,6 +47,7 @@ from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
+from api.services import history
 from api.services import variables as variables_service
 from api.services.agents import get_agent
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
@@ -171,6 +173,10 @@ class _Claim:
     round: int
     prior_status: str
     usage_before: dict
+    # The state the turn ran from (kept for undo), and whether it took back the last
+    # turn (a regenerate: it ran from the kept state after ``round`` turns).
+    prior_snapshot: str = ""
+    rewound: bool = False
 
 
 class TurnService:
@@ -185,6 +191,7 @@ class TurnService:
         self.lease_ms = int(float(config["LEASE_SECONDS"]) * 1000)
         self.limits = canvas_limits(config)
         self.max_transcript_bytes = int(config["MAX_TRANSCRIPT_BYTES"])
+        self.keep_snapshots = int(config["KEEP_SNAPSHOTS"])
         # The runtime reads its LLM and Invoke settings from these services when given
         # (else it reads conf/ itself, once per canvas): hand it the app's, already
         # layered with the environment and the app's config.
@@ -317,21 +324,97 @@ class TurnService:
         row = self._read_session(req)
         return self._start(req, row, created=False, inline=inline)
 
+    def regenerate(self, req: TurnRequest, inline: bool = False) -> Turn:
+        """Run the session's last turn again from the state before it (DESIGN §15).
+
+        A turn like any other (lease, version, one transaction): the query, form answers
+        and files are the last turn's, read from the message log; the last turn's
+        messages stay in the log marked ``abandoned``. ``req.query``/``inputs``/``files``
+        are ignored.
+
+        Raises (with nothing changed): NotFound, Busy, and Conflict when no earlier state
+        is kept (``session.keep_snapshots``) or there is no turn to regenerate.
+        """
+        row = self._read_session(req)
+        if lease_live(row):
+            raise _busy(row.id)
+        base = history.kept_snapshot(row.id, row.round - 1)
+        asked = history.last_request(row.id, row.round)
+        req = dataclasses.replace(req, query=asked["query"], inputs=asked["inputs"], files=asked["files"])
+        return self._start(req, row, created=False, inline=inline, base=base)
+
+    def undo(self, req: TurnRequest) -> Turn:
+        """Restore the state the session had before its last turn; returns the finished turn.
+
+        Its ending event is a ``message_end`` whose ``content`` is the last answer of
+        the active branch now (``form`` too when that answer asks for a form).
+
+        Raises (with nothing changed): NotFound, Busy, Conflict (nothing kept to restore).
+        """
+        row = self._read_session(req)
+        if lease_live(row):
+            raise _busy(row.id)
+        base_round = row.round - 1
+        snapshot = history.kept_snapshot(row.id, base_round)
+        canvas = Canvas(snapshot, limits=self.limits)
+        task_id = uuid.uuid4().hex
+        claim = self._claim(row, task_id, canvas, new_owner(task_id[:16]))
+        pending = canvas.pending_form()
+        try:
+            with write_transaction():
+                saved = _SAVE_TURN.execute(
+                    now=now_ms(),
+                    id=row.id,
+                    version=claim.version,
+                    owner=claim.owner,
+                    snapshot=snapshot,
+                    status="paused" if pending is not None else "idle",
+                    pending_form=pending.id if pending is not None else None,
+                    round=base_round,
+                    bytes=0,
+                    **dict.fromkeys(_USAGE_KEYS, 0),
+                )
+                if saved != 1:
+                    raise LeaseLost(f"session {row.id!r} was taken over or deleted during the undo")
+                history.take_back_after(row.id, base_round, keep_base=False)
+        except BaseException:
+            try:
+                self._release(claim)
+            except PeeweeException:
+                log.warning("could not release the lease of session %s; it expires by itself", row.id)
+            raise
+        event = _undo_event(row.id, task_id)
+        turn = Turn(session_id=row.id, task_id=task_id)
+        turn.result = TurnResult(status="succeeded", final_event=event, answer=event["data"]["content"])
+        turn._queue.put(event)
+        turn._queue.put(_DONE)
+        return turn
+
     def _start(
-        self, req: TurnRequest, row: Session | _SessionRow, created: bool, inline: bool = False
+        self,
+        req: TurnRequest,
+        row: Session | _SessionRow,
+        created: bool,
+        inline: bool = False,
+        base: str | None = None,
     ) -> Turn:
+        """Claim ``row`` and run the turn; ``base`` (a regenerate) is the kept state it runs from."""
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
         self._check_transcript_room(row)
-        services = {**self.services, **(req.services or {}), "memory_store": _memory_store(req)}
-        canvas = Canvas(row.snapshot, limits=self.limits, services=services)
+        # A regenerate reads keyed memory without what the turn it takes back wrote.
+        store = _memory_store(req, None if base is None else (row.id, row.round - 1))
+        services = {**self.services, **(req.services or {}), "memory_store": store}
+        canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
         # turn it continues), its message id and its lease owner.
         turn_id = uuid.uuid4()
         task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id.hex
         claim = self._claim(row, task_id, canvas, new_owner(turn_id.hex[:16]))
+        if base is not None:
+            claim.round, claim.rewound = row.round - 1, True
         try:
             events = canvas.run(
                 query=req.query,
@@ -397,6 +480,7 @@ class TurnService:
             round=row.round,
             prior_status="paused" if row.pending_form else "idle",
             usage_before=dict(usage),
+            prior_snapshot=row.snapshot,
         )
 
     def _release(self, claim: _Claim) -> None:
@@ -489,6 +573,7 @@ class TurnService:
             )
             rows = _log_rows(claim, req, result, now, canvas.accepted_inputs)
             values["bytes"] = sum(_stored_bytes(row) for row in rows)
+            values["round"] = claim.round + 1
             save = _SAVE_TURN
         else:
             error = result.error or ""
@@ -502,13 +587,21 @@ class TurnService:
                     f"session {claim.session_id!r} was taken over or deleted while the turn ran "
                     f"(its lease of {self.lease_ms // 1000} s expired?)"
                 )
+            if snapshot is not None:
+                if claim.rewound:
+                    # Before this turn's messages are added: they are the new active branch.
+                    history.take_back_after(claim.session_id, claim.round, keep_base=True)
+                else:
+                    history.keep_before_turn(
+                        claim.session_id, claim.round, claim.prior_snapshot, self.keep_snapshots
+                    )
             if rows:
                 _APPEND_EXCHANGE.execute(
                     **{f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
                 )
             if snapshot is not None and canvas.memory_writes:
                 # Keyed memory is part of the turn: committed with it or not at all.
-                _memory_store(req).commit(canvas.memory_writes)
+                _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
         return result
 
     # ------------------------------------------------------------------ other writes
@@ -573,9 +666,9 @@ class TurnService:
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
 
 
-def _memory_store(req: TurnRequest) -> DatabaseMemoryStore:
+def _memory_store(req: TurnRequest, taken_back: tuple[str, int] | None = None) -> DatabaseMemoryStore:
     """Keyed memory of the turn's (tenant, agent): never another agent's or tenant's."""
-    return DatabaseMemoryStore(req.tenant_id, req.agent_id)
+    return DatabaseMemoryStore(req.tenant_id, req.agent_id, taken_back)
 
 
 def _delete_session(session_id: str) -> None:
@@ -650,7 +743,7 @@ def _save(succeeded: bool) -> Prepared:
                 {
                     Session.snapshot: m("snapshot"),
                     Session.pending_form: m("pending_form"),
-                    Session.round: Session.round + 1,
+                    Session.round: m("round"),
                     Session.last_error: None,
                     Session.transcript_bytes: Session.transcript_bytes + m("bytes"),
                 }
@@ -729,6 +822,32 @@ def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
     return {
         k: int(usage.get(k) or 0) - int(before.get(k) or 0)
         for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    }
+
+
+def _undo_event(session_id: str, task_id: str) -> dict:
+    """The ending event of an undo: the last answer of the active branch (and its form)."""
+    last = (
+        MessageLog.select(MessageLog.content, MessageLog.meta, MessageLog.message_id)
+        .where(
+            (MessageLog.session_id == session_id)
+            & (MessageLog.role == "assistant")
+            & (MessageLog.abandoned == False)  # noqa: E712 - peewee builds SQL from ==
+        )
+        .order_by(MessageLog.id.desc())
+        .first()
+    )
+    data: dict[str, Any] = {"content": last.content if last else "", "undone": True}
+    meta = json.loads(last.meta) if last is not None and last.meta else {}
+    if meta.get("form"):
+        data["form"] = {"component_id": meta.get("component_id"), "inputs": meta["form"]}
+    return {
+        "event": "message_end",
+        "message_id": last.message_id if last else "",
+        "created_at": int(time.time()),
+        "task_id": task_id,
+        "session_id": session_id,
+        "data": data,
     }
 
 

@@ -610,7 +610,51 @@
         reply.item.classList.remove("streaming");
         setBusy(false);
         if (!state.openForm) els.input.focus();
+        offerRegenerate(reply);
       });
+  }
+
+  // ------------------------------------------------------------------ regenerate
+  // The last answer can be asked for again: the server takes that turn back (its
+  // messages stay in its log, marked) and runs it again from the state before it.
+  var regenerateButton = null;
+
+  function offerRegenerate(reply) {
+    if (regenerateButton) regenerateButton.remove();
+    regenerateButton = null;
+    // Not for a form waiting for answers, nor for a failed or stopped answer (it has a note).
+    if (!reply || !state.sessionId || state.openForm || reply.item.querySelector(".note")) return;
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "secondary regenerate";
+    button.textContent = "Regenerate";
+    button.title = "Ask for this answer again";
+    reply.item.appendChild(button);
+    regenerateButton = button;
+    button.addEventListener("click", function () {
+      if (state.busy) return;
+      setBusy(true);
+      showStatus("");
+      var path =
+        "/agentbots/" + encodeURIComponent(agentId) + "/sessions/" + encodeURIComponent(state.sessionId) + "/regenerate";
+      request("POST", path, { user_id: state.userId, stream: true })
+        .then(function (response) {
+          if (!response.ok) {
+            return errorFrom(response).then(function (err) {
+              throw err;
+            });
+          }
+          button.remove();
+          regenerateButton = null;
+          reply.bubble.textContent = "";
+          reply.item.classList.add("streaming");
+          streamInto(response, reply);
+        })
+        .catch(function (err) {
+          setBusy(false);
+          failedToSend(err);
+        });
+    });
   }
 
   function appendText(reply, text) {
@@ -785,6 +829,10 @@
           }
         });
         if (session.form && lastItem) showPendingForm(lastItem, session.form.inputs || {});
+        var last = (session.message || [])[(session.message || []).length - 1];
+        if (lastItem && last && last.round > 0 && session.status === "idle") {
+          offerRegenerate({ item: lastItem, bubble: lastItem.querySelector(".bubble") });
+        }
         offerEarlier(session.id, 1, (session.message || []).length, session.messages_total);
         if (session.status === "running") {
           showStatus("An answer is still being written; it will appear here when it is done.");

@@ -252,7 +252,9 @@ def test_the_else_branch_is_required_and_must_exist():
     assert "end_cpn_ids (the else branch) is empty" in _load_error(end=())
     # As RAGFlow, a branch to a missing component loads (tests/agent/test_leniency.py).
     canvas = Canvas(make_dsl(switch([cond(item("sys.query", "=", "x"))], end=["Message:Gone"]), *branches()))
-    assert canvas.warnings[0].startswith("Switch:S: the else branch (end_cpn_ids) routes to missing component")
+    assert canvas.warnings[0].startswith(
+        "Switch:S: the else branch (end_cpn_ids) routes to missing component"
+    )
 
 
 def test_a_value_that_only_looks_like_a_reference_is_text():

@@ -91,7 +91,13 @@ def llm() -> Iterator[LLMServer]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory, llm) -> Iterator[Site]:
+def site_env() -> dict[str, str]:
+    """Extra environment for the module's server (a test module may override it)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, llm, site_env) -> Iterator[Site]:
     workdir = tmp_path_factory.mktemp("browser")
     deployment = Deployment(f"sqlite:///{workdir / 'agentcanvas.db'}", workdir)
     try:
@@ -102,6 +108,7 @@ def site(tmp_path_factory, llm) -> Iterator[Site]:
             AGENTCANVAS_LLM_API_KEY=API_KEY,
             AGENTCANVAS_LLM_MODEL=DEFAULT_MODEL,
             AGENTCANVAS_LLM_MAX_RETRIES="0",
+            **site_env,
         )
         yield Site(deployment, server.url, api_token, embed_token)
     finally:

@@ -1,0 +1,101 @@
+"""A session's earlier states, for regenerate and undo (DESIGN §15).
+
+Each committed turn keeps the snapshot the session had **before** it: row
+``(session_id, round=r)`` of :class:`~api.db.SessionSnapshot` is the state after ``r``
+turns, the one turn ``r + 1`` ran from. Only the last ``keep`` such rows of the active
+branch are kept (``session.keep_snapshots``, default 10; 0 keeps none, and then there
+is nothing to regenerate or undo).
+
+* **Undo** restores the state after ``round - 1`` turns.
+* **Regenerate** runs the last turn again (its query, form answers and files, read
+  from the message log) from that same state.
+
+Both take back the last turn: its messages stay in the log marked ``abandoned``; the
+keyed memory it wrote is removed, and the session's history and node memory are those
+of the restored snapshot. So what the next turn sees follows the active branch only.
+These functions run inside the turn service's one end-of-turn transaction
+(:mod:`api.services.turns`), which alone writes a session's state.
+"""
+
+from __future__ import annotations
+
+import json
+
+from api.db import MemoryEntry, MessageLog, SessionSnapshot, now_ms
+from api.errors import Conflict
+
+
+def kept_snapshot(session_id: str, round_no: int) -> str:
+    """The kept state after ``round_no`` turns.
+
+    Raises:
+        Conflict: there is none (no turn to take back, or it is older than the kept ones).
+    """
+    if round_no < 0:
+        raise Conflict(f"session {session_id!r} has no turn to take back yet")
+    row = (
+        SessionSnapshot.select(SessionSnapshot.snapshot)
+        .where((SessionSnapshot.session_id == session_id) & (SessionSnapshot.round == round_no))
+        .order_by(SessionSnapshot.id.desc())
+        .first()
+    )
+    if row is None:
+        raise Conflict(
+            f"session {session_id!r} keeps no state from before its last turn: only the last "
+            f"session.keep_snapshots turns can be regenerated or undone (0 keeps none)"
+        )
+    return row.snapshot
+
+
+def last_request(session_id: str, round_no: int) -> dict:
+    """What the user sent in turn ``round_no`` of the active branch: ``{query, inputs, files}``.
+
+    Raises:
+        Conflict: the message log has no such turn.
+    """
+    row = (
+        MessageLog.select(MessageLog.content, MessageLog.meta)
+        .where(
+            (MessageLog.session_id == session_id)
+            & (MessageLog.round == round_no)
+            & (MessageLog.role == "user")
+            & (MessageLog.abandoned == False)  # noqa: E712 - peewee builds SQL from ==
+        )
+        .order_by(MessageLog.id.desc())
+        .first()
+    )
+    if row is None:
+        raise Conflict(f"session {session_id!r} has no turn {round_no} to regenerate")
+    meta = json.loads(row.meta) if row.meta else {}
+    return {"query": row.content, "inputs": meta.get("inputs") or None, "files": meta.get("files") or None}
+
+
+def keep_before_turn(session_id: str, round_no: int, snapshot: str, keep: int) -> None:
+    """Keep ``snapshot`` (the state after ``round_no`` turns) and drop the rows past ``keep``."""
+    if keep <= 0:
+        return
+    SessionSnapshot.insert(
+        session_id=session_id, round=round_no, snapshot=snapshot, create_time=now_ms()
+    ).execute()
+    if round_no >= keep:
+        SessionSnapshot.delete().where(
+            (SessionSnapshot.session_id == session_id) & (SessionSnapshot.round <= round_no - keep)
+        ).execute()
+
+
+def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:
+    """Abandon the turns after ``round_no``: mark their messages, remove their keyed memory
+    and the kept states they made. ``keep_base`` keeps the state after ``round_no`` turns
+    (a regenerate runs from it and goes on from there; an undo makes it current)."""
+    MessageLog.update(abandoned=True).where(
+        (MessageLog.session_id == session_id)
+        & (MessageLog.round > round_no)
+        & (MessageLog.abandoned == False)  # noqa: E712
+    ).execute()
+    MemoryEntry.delete().where(
+        (MemoryEntry.session_id == session_id) & (MemoryEntry.round > round_no)
+    ).execute()
+    first_dropped = round_no + 1 if keep_base else round_no
+    SessionSnapshot.delete().where(
+        (SessionSnapshot.session_id == session_id) & (SessionSnapshot.round >= first_dropped)
+    ).execute()

@@ -1,0 +1,287 @@
+"""Regenerate and undo (DESIGN §15): ordinary turns that take back the last one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
+from tests.api.test_memory_api import keyed_dsl, remembered, sent_history
+from tests.llm_server import LLMServer, text
+
+
+def counter_dsl() -> dict:
+    """Counts its turns in ``env.n`` and answers ``"<n>: <query>"``."""
+    return dsl_of(
+        {
+            "VariableAssigner:Count": (
+                "VariableAssigner",
+                {"variables": [{"variable": "env.n", "operator": "+=", "parameter": 1}]},
+                ["Message:Out"],
+            ),
+            "Message:Out": ("Message", {"content": ["{env.n}: {sys.query}"]}, []),
+        },
+        variables={"n": {"type": "number", "value": 0}},
+    )
+
+
+def answer(resp) -> str:
+    assert resp.status_code == 200, resp.json
+    return resp.json["data"]["data"]["content"]
+
+
+def transcript(api: Api, agent_id: str, session_id: str) -> list[tuple]:
+    data = api.session(agent_id, session_id)
+    return [(m["role"], m["content"], bool(m.get("abandoned"))) for m in data["message"]]
+
+
+def test_undo_restores_the_state_before_the_last_turn(api: Api):
+    agent_id = api.create_agent(counter_dsl())
+    session_id = api.create_session(agent_id)
+    assert answer(api.ask(agent_id, session_id, "a")) == "1: a"
+    assert answer(api.ask(agent_id, session_id, "b")) == "2: b"
+    before = api.session(agent_id, session_id)
+
+    resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/undo", json={"stream": False})
+    assert resp.status_code == 200, resp.json
+    assert resp.json["data"]["event"] == "message_end"
+    assert resp.json["data"]["data"]["content"] == "1: a"  # the last answer that stands
+
+    after = api.session(agent_id, session_id)
+    assert after["round"] == 1 and after["version"] == before["version"] + 1
+    assert transcript(api, agent_id, session_id) == [
+        ("assistant", "Hi!", False),
+        ("user", "a", False),
+        ("assistant", "1: a", False),
+        ("user", "b", True),
+        ("assistant", "2: b", True),
+    ]
+    # The state follows the active branch: the counter is back at 1.
+    assert answer(api.ask(agent_id, session_id, "c")) == "2: c"
+    dsl = api.session(agent_id, session_id, dsl="true")["dsl"]
+    assert [m for m in dsl["history"]] == [
+        ["user", "a"],
+        ["assistant", "1: a"],
+        ["user", "c"],
+        ["assistant", "2: c"],
+    ]
+
+
+def test_regenerate_reruns_the_last_turn_from_the_state_before_it(api: Api):
+    agent_id = api.create_agent(counter_dsl())
+    session_id = api.create_session(agent_id)
+    api.ask(agent_id, session_id, "a")
+    api.ask(agent_id, session_id, "b")
+
+    frames = parse_sse(
+        api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={}).get_data(as_text=True)
+    )
+    assert frames[-1] == "[DONE]"
+    assert [f["event"] for f in frames[:-1]][-1] == "message_end"
+    assert "".join(f["data"].get("content", "") for f in frames[:-1] if f["event"] == "message") == "2: b"
+
+    data = api.session(agent_id, session_id)
+    assert data["round"] == 2
+    assert transcript(api, agent_id, session_id)[-4:] == [
+        ("user", "b", True),
+        ("assistant", "2: b", True),
+        ("user", "b", False),
+        ("assistant", "2: b", False),
+    ]
+    # Blocking, and twice in a row: each time from the state after turn 1.
+    resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={"stream": False})
+    assert answer(resp) == "2: b"
+    assert answer(api.ask(agent_id, session_id, "c")) == "3: c"
+    # Undo goes back step by step, as far as kept states reach.
+    for _ in range(3):
+        assert (
+            api.post(f"/agents/{agent_id}/sessions/{session_id}/undo", json={"stream": False}).status_code
+            == 200
+        )
+    assert api.session(agent_id, session_id)["round"] == 0
+    assert answer(api.ask(agent_id, session_id, "again")) == "1: again"
+
+
+def test_only_the_last_k_states_are_kept(app_factory):
+    app = app_factory(KEEP_SNAPSHOTS=2)
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(counter_dsl())
+    session_id = api.create_session(agent_id)
+    for q in "abcd":
+        api.ask(agent_id, session_id, q)
+    undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
+    assert api.post(undo, json={"stream": False}).status_code == 200
+    assert api.post(undo, json={"stream": False}).status_code == 200
+    resp = api.post(undo, json={"stream": False})
+    assert resp.status_code == 409 and resp.json["code"] == 102
+    assert "session.keep_snapshots" in resp.json["message"]
+    assert api.session(agent_id, session_id)["round"] == 2
+
+
+def test_with_no_kept_states_there_is_nothing_to_take_back(app_factory):
+    app = app_factory(KEEP_SNAPSHOTS=0)
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(counter_dsl())
+    session_id = api.create_session(agent_id)
+    api.ask(agent_id, session_id, "a")
+    for action in ("undo", "regenerate"):
+        resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/{action}", json={"stream": False})
+        assert resp.status_code == 409 and "session.keep_snapshots" in resp.json["message"]
+    assert api.session(agent_id, session_id)["version"] == 2
+
+
+@pytest.mark.parametrize("action", ["undo", "regenerate"])
+def test_rewind_errors(api: Api, other: Api, action: str):
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    fresh = api.post(f"/agents/{agent_id}/sessions/{session_id}/{action}", json={"stream": False})
+    assert fresh.status_code == 409 and fresh.json["code"] == 102
+    assert "no turn to take back" in fresh.json["message"]
+    missing = api.post(f"/agents/{agent_id}/sessions/{'0' * 32}/{action}", json={})
+    assert missing.status_code == 404 and missing.json["code"] == 102
+    api.ask(agent_id, session_id, "a")
+    foreign = other.post(f"/agents/{agent_id}/sessions/{session_id}/{action}", json={})
+    assert foreign.status_code == 404
+    bad = api.post(f"/agents/{agent_id}/sessions/{session_id}/{action}", json={"stream": "maybe"})
+    assert bad.status_code == 400 and "stream" in bad.json["message"]
+    assert api.session(agent_id, session_id)["version"] == 2
+
+
+def gate_dsl() -> dict:
+    return dsl_of(
+        {
+            "TestGate:Wait": ("TestGate", {}, ["Message:Out"]),
+            "Message:Out": ("Message", {"content": ["done: {sys.query}"]}, []),
+        }
+    )
+
+
+def test_regenerate_racing_a_turn_one_wins_one_is_busy(app, api: Api):
+    gate = app.config["SERVICES"]["gate"]
+    agent_id = api.create_agent(gate_dsl())
+    session_id = api.create_session(agent_id)
+    gate.set()
+    api.ask(agent_id, session_id, "a")
+    api.ask(agent_id, session_id, "b")
+    gate.clear()
+
+    calls = {
+        "turn": lambda: api.post(
+            f"/agents/{agent_id}/completions",
+            json={"question": "c", "session_id": session_id, "stream": True},
+        ),
+        "regenerate": lambda: api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={}),
+    }
+    barrier = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        barrier.wait()
+        results[name] = calls[name]()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    statuses = sorted(r.status_code for r in results.values())
+    assert statuses == [200, 409]
+    loser = next(r for r in results.values() if r.status_code == 409)
+    assert loser.json["code"] == 106
+    winner = next(n for n, r in results.items() if r.status_code == 200)
+    gate.set()
+    results[winner].get_data()  # the stream to its end: the turn committed
+    app.extensions["agentcanvas.turns"].wait_idle(30)
+
+    said = "started released\n\ndone: {}".format
+    log = transcript(api, agent_id, session_id)
+    active = [(role, content) for role, content, abandoned in log if not abandoned]
+    if winner == "turn":
+        assert active[-4:] == [
+            ("user", "b"),
+            ("assistant", said("b")),
+            ("user", "c"),
+            ("assistant", said("c")),
+        ]
+        assert not any(abandoned for _, _, abandoned in log)
+    else:
+        assert active[-2:] == [("user", "b"), ("assistant", said("b"))]
+        assert [entry for entry in log if entry[2]] == [("user", "b", True), ("assistant", said("b"), True)]
+    assert api.session(agent_id, session_id)["round"] == (3 if winner == "turn" else 2)
+
+
+# -- with a model ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def llm():
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def llm_api(app_factory, llm) -> Api:
+    app = app_factory(SETTINGS={"llm": llm.settings(max_retries=0)})
+    return Api(app, make_token(app))
+
+
+def chat_dsl() -> dict:
+    return dsl_of(
+        {
+            "LLM:Chat": (
+                "LLM",
+                {"sys_prompt": "Be brief.", "message_history_window_size": 10},
+                ["Message:Out"],
+            ),
+            "Message:Out": ("Message", {"content": ["{LLM:Chat@content}"]}, []),
+        }
+    )
+
+
+@pytest.mark.parametrize("dsl", [chat_dsl, keyed_dsl], ids=["node memory", "keyed memory"])
+def test_after_a_regenerate_the_model_hears_the_new_answer_only(llm_api: Api, llm: LLMServer, dsl):
+    api = llm_api
+    agent_id = api.create_agent(dsl())
+    session_id = api.create_session(agent_id, user_id="u1")
+    llm.queue(text("first answer"), text("abandoned answer"), text("regenerated answer"))
+    api.ask(agent_id, session_id, "one")
+    assert answer(api.ask(agent_id, session_id, "two")) == "abandoned answer"
+    resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={"stream": False})
+    assert answer(resp) == "regenerated answer"
+    # The regenerate itself was asked from the state before turn two.
+    assert sent_history(llm) == [
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "first answer"},
+    ]
+
+    api.ask(agent_id, session_id, "three")
+    history = sent_history(llm)
+    assert {"role": "assistant", "content": "regenerated answer"} in history
+    assert all(m["content"] != "abandoned answer" for m in history)
+    if dsl is keyed_dsl:
+        kept = [m["content"] for m in remembered(api, agent_id, "u1")["LLM:Chat"]]
+        assert "abandoned answer" not in kept and "regenerated answer" in kept
+
+
+def test_an_embed_visitor_regenerates_their_own_last_answer(app, api: Api):
+    from tests.api.test_embed import Bot
+
+    bot = Bot(app, make_token(app, "tenant-a", "embed"))
+    stranger = Bot(app, bot.token)
+    agent_id = api.create_agent(counter_dsl())
+    _, session_id = bot.chat(agent_id, "a")
+    bot.chat(agent_id, "b", session_id=session_id)
+    path = f"/api/v1/agentbots/{agent_id}/sessions/{session_id}/regenerate"
+
+    theirs = stranger.client.post(path, json={"user_id": stranger.user_id}, headers=stranger.headers())
+    assert theirs.status_code == 404
+    no_user = bot.client.post(path, json={}, headers=bot.headers())
+    assert no_user.status_code == 400 and "user_id" in no_user.json["message"]
+
+    resp = bot.client.post(path, json={"user_id": bot.user_id, "stream": False}, headers=bot.headers())
+    assert answer(resp) == "2: b" and resp.headers["X-Session-Id"] == session_id
+    shown = bot.history(agent_id, session_id).json["data"]["message"]
+    # The page shows the active branch only.
+    assert [m["content"] for m in shown] == ["Hi!", "a", "1: a", "b", "2: b"]
+    assert not any(m.get("abandoned") for m in shown)
