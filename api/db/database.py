@@ -98,8 +98,8 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
 class ReconnectingPooledPostgresqlDatabase(_SafeReconnectMixin, PooledPostgresqlDatabase):
     """Pooled PostgreSQL through psycopg 3, reconnecting dropped connections."""
 
-    # The models' LONGTEXT (for MySQL) is plain TEXT here: Postgres TEXT is unbounded.
-    field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT"}
+    # The models' LONGTEXT and LONGBLOB (for MySQL) are TEXT and BYTEA here: both unbounded.
+    field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT", "LONGBLOB": "BYTEA"}
 
 
 class WalSqliteDatabase(PooledSqliteDatabase):
@@ -109,6 +109,11 @@ class WalSqliteDatabase(PooledSqliteDatabase):
 def is_sqlite(database: Database | DatabaseProxy) -> bool:
     target = database.obj if isinstance(database, DatabaseProxy) else database
     return isinstance(target, PooledSqliteDatabase)
+
+
+def is_postgres(database: Database | DatabaseProxy) -> bool:
+    target = database.obj if isinstance(database, DatabaseProxy) else database
+    return isinstance(target, PooledPostgresqlDatabase)
 
 
 def _sqlite_path(url: str) -> str:

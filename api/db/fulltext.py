@@ -10,8 +10,9 @@ full-text index keeps it as one word; the database's own index does the matching
 * SQLite: an FTS5 table over ``fulltext_entry`` (external content, kept in step here);
 * MySQL/MariaDB: a ``FULLTEXT`` index on ``terms``; tokens are written ``t_<token>`` so
   that none is shorter than ``innodb_ft_min_token_size`` or on the stop-word list;
-* PostgreSQL: to be added as a third :class:`_Backend` (a ``tsvector`` built from the
-  same tokens).
+* PostgreSQL: a GIN index on ``to_tsvector('simple', terms)``; tokens are written as
+  ``t<hex of their UTF-8>`` so that the text-search parser keeps each one whole (it
+  would split ``a-b`` or CJK text). CockroachDB and YugabyteDB have the same index.
 
 Use::
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from peewee import Database, fn
 
 from agent.search_tokens import bm25, bm25_ceiling, query_terms, tokenize
-from api.db.database import db, is_sqlite
+from api.db.database import db, is_postgres, is_sqlite
 from api.db.models import FullTextEntry
 
 #: Items added per INSERT statement.
@@ -268,8 +269,48 @@ class _Mysql(_Backend):
         return int(cursor.fetchone()[0])
 
 
+class _Postgres(_Backend):
+    """A GIN index on ``to_tsvector('simple', terms)``; groups filtered by the ``(scope, group_id)`` index."""
+
+    VECTOR = "to_tsvector('simple', terms)"
+
+    def encode(self, token: str) -> str:
+        return "t" + token.encode("utf-8").hex()
+
+    def create(self, database: Database) -> None:
+        FullTextEntry.create_table(safe=True)
+        database.execute_sql(
+            f"CREATE INDEX IF NOT EXISTS fulltext_entry_terms_gin ON fulltext_entry USING GIN ({self.VECTOR})"
+        )
+
+    def _where(self, groups: list[str]) -> tuple[str, list]:
+        marks = ", ".join(["%s"] * len(groups))
+        return f"scope = %s AND group_id IN ({marks})", groups
+
+    def candidates(self, scope, groups, terms, limit):
+        where, params = self._where(groups)
+        query = " | ".join(self.encode(t) for t in terms)
+        cursor = db.execute_sql(
+            f"SELECT item_id, group_id, length, terms FROM fulltext_entry WHERE {where} "
+            f"AND {self.VECTOR} @@ to_tsquery('simple', %s) "
+            f"ORDER BY ts_rank({self.VECTOR}, to_tsquery('simple', %s)) DESC LIMIT %s",
+            [scope, *params, query, query, limit],
+        )
+        return [(r[0], r[1], int(r[2]), r[3]) for r in cursor.fetchall()]
+
+    def frequency(self, scope, groups, term):
+        where, params = self._where(groups)
+        cursor = db.execute_sql(
+            f"SELECT COUNT(*) FROM fulltext_entry WHERE {where} AND {self.VECTOR} @@ to_tsquery('simple', %s)",
+            [scope, *params, self.encode(term)],
+        )
+        return int(cursor.fetchone()[0])
+
+
 def _backend_for(database) -> _Backend:  # noqa: ANN001 - a Database or the proxy
-    return _SQLITE if is_sqlite(database) else _MYSQL
+    if is_sqlite(database):
+        return _SQLITE
+    return _POSTGRES if is_postgres(database) else _MYSQL
 
 
 def _backend() -> _Backend:
@@ -278,3 +319,4 @@ def _backend() -> _Backend:
 
 _SQLITE = _Sqlite()
 _MYSQL = _Mysql()
+_POSTGRES = _Postgres()

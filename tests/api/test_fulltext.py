@@ -1,4 +1,4 @@
-"""The full-text index (api.db.fulltext) ranks the same items on SQLite and MariaDB."""
+"""The full-text index (api.db.fulltext) ranks the same items on SQLite, MariaDB and Postgres."""
 
 from __future__ import annotations
 
