@@ -51,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL_SECONDS": 60,
     "MEMORY_TTL_SECONDS": 0,
     "LIMITS": {},
+    # The ``files`` section: store, directory, piece_bytes, max_files_per_request.
+    "FILES": {},
     "SETTINGS": {},
     # Objects handed to every Canvas as ``services`` (e.g. an LLM client factory).
     "SERVICES": {},
@@ -82,13 +84,22 @@ def from_settings(settings: dict[str, Any]) -> dict[str, Any]:
     limits = settings.get("limits") or {}
     if isinstance(limits, dict):
         out["LIMITS"] = dict(limits)
+    # AGENTCANVAS_MAX_FILE_BYTES (DESIGN's name) arrives as section "max", key "file_bytes".
+    max_file_bytes = (
+        (settings.get("max") or {}).get("file_bytes") if isinstance(settings.get("max"), dict) else None
+    )
+    if max_file_bytes not in (None, ""):
+        out.setdefault("LIMITS", {})["max_file_bytes"] = max_file_bytes
+    files = settings.get("files") or {}
+    if isinstance(files, dict):
+        out["FILES"] = dict(files)
     return out
 
 
 def merge(config: dict[str, Any], overrides: dict[str, Any]) -> None:
     """Apply ``overrides`` onto ``config``; ``LIMITS`` and ``SETTINGS`` merge key by key."""
     for key, value in overrides.items():
-        if key in ("LIMITS", "SETTINGS", "SERVICES") and isinstance(value, dict):
+        if key in ("LIMITS", "FILES", "SETTINGS", "SERVICES") and isinstance(value, dict):
             config[key] = {**(config.get(key) or {}), **value}
         else:
             config[key] = value

@@ -24,6 +24,7 @@ from flask.typing import ResponseReturnValue
 
 from api.auth import bearer_token, require_api_token
 from api.blueprints.completions import blocking_reply, sse_reply, turn_request
+from api.blueprints.files import allow_upload_body, upload_reply
 from api.db import Agent, db
 from api.errors import ArgumentError, AuthError, TooLarge
 from api.http import flag, json_body, ok, tenant_id, transcript_page_args
@@ -184,6 +185,16 @@ def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:
     response.headers[SESSION_HEADER] = turn.session_id
     response.headers[TASK_HEADER] = turn.task_id
     return response, status
+
+
+@bot_bp.post("/agentbots/<agent_id>/upload")
+def bot_upload(agent_id: str) -> ResponseReturnValue:
+    """The visitor's files (multipart ``file`` parts and a ``user_id`` field): usable by
+    that visitor only."""
+    allow_upload_body()
+    end_user = embed.check_end_user(request.form.get("user_id"))
+    get_agent(tenant_id(), agent_id)
+    return upload_reply(agent_id, created_by=end_user, end_user=end_user)
 
 
 @bot_bp.get("/agentbots/<agent_id>/sessions/<session_id>")

@@ -50,6 +50,7 @@ from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
 from api.services import history
 from api.services import variables as variables_service
 from api.services.agents import get_agent
+from api.services.files import FileSettings, TurnFiles
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
 from api.services.memory import DatabaseMemoryStore
 
@@ -190,6 +191,7 @@ class TurnService:
     def __init__(self, config: dict[str, Any]):
         self.lease_ms = int(float(config["LEASE_SECONDS"]) * 1000)
         self.limits = canvas_limits(config)
+        self.file_settings = FileSettings.from_config(config)
         self.max_transcript_bytes = int(config["MAX_TRANSCRIPT_BYTES"])
         self.keep_snapshots = int(config["KEEP_SNAPSHOTS"])
         # The runtime reads its LLM and Invoke settings from these services when given
@@ -405,31 +407,34 @@ class TurnService:
         self._check_transcript_room(row)
         # A regenerate reads keyed memory without what the turn it takes back wrote.
         store = _memory_store(req, None if base is None else (row.id, row.round - 1))
-        services = {**self.services, **(req.services or {}), "memory_store": store}
+        services = {
+            **self.services,
+            **(req.services or {}),
+            "memory_store": store,
+            "files": TurnFiles(req.tenant_id, req.agent_id, req.end_user, self.file_settings),
+        }
         canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
         # turn it continues), its message id and its lease owner.
         turn_id = uuid.uuid4()
         task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id.hex
+        # run() checks the inputs and files and only then returns the (lazy) run: bad
+        # input is refused before the claim, so it leaves the row exactly as it was.
+        events = canvas.run(
+            query=req.query,
+            user_id=req.user_id or req.end_user or row.user_id,
+            inputs=req.inputs,
+            files=req.files,
+            conversation_id=session_id,
+            agent_id=req.agent_id,
+            invoke_from=req.invoke_from,
+            task_id=task_id,
+            message_id=str(turn_id),
+        )
         claim = self._claim(row, task_id, canvas, new_owner(turn_id.hex[:16]))
         if base is not None:
             claim.round, claim.rewound = row.round - 1, True
-        try:
-            events = canvas.run(
-                query=req.query,
-                user_id=req.user_id or req.end_user or row.user_id,
-                inputs=req.inputs,
-                files=req.files,
-                conversation_id=session_id,
-                agent_id=req.agent_id,
-                invoke_from=req.invoke_from,
-                task_id=task_id,
-                message_id=str(turn_id),
-            )
-        except BaseException:
-            self._release(claim)
-            raise
         stop = self.keeper.track(claim.owner)
         canvas.cancel_check = stop.is_set
         turn = Turn(session_id=session_id, task_id=task_id, created=created, keep_events=not inline)

@@ -1,0 +1,331 @@
+"""Files in conversations (DESIGN §13): uploads, storage, and the turn's file service.
+
+* :func:`save_uploads` checks every file of a request (size, type, a document's
+  parse) before it stores any, then stores them all in one transaction: a request
+  with one bad file stores nothing.
+* Storage is the database by default — :class:`~api.db.FilePiece` rows of at most
+  ``files.piece_bytes`` each, well under MySQL's ``max_allowed_packet``, so every
+  worker sees every file with no extra service — or a directory
+  (``files.store: directory``, ``files.directory``) that every worker shares.
+  A document's parsed text is stored beside its bytes, so a turn never parses.
+* :class:`TurnFiles` is the :class:`agent.files.FileService` a turn's canvas gets:
+  it finds files of the turn's tenant only and, for an embed visitor, of that visitor
+  only; anything else is "not found", like every foreign id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from agent.docparse import SUPPORTED_IMAGE_TYPES
+from agent.files import check_file, ref_id
+from api.db import FilePiece, UploadFile, db, write_transaction
+from api.errors import ArgumentError, NotFound, TooLarge
+
+STORES = ("database", "directory")
+MAX_NAME_CHARS = 255
+
+
+@dataclass(frozen=True)
+class FileSettings:
+    """The ``files`` section and the file limits.
+
+    Attributes:
+        store: ``database`` or ``directory``.
+        directory: where ``directory`` keeps files (every worker must see it).
+        piece_bytes: the largest piece written to the database in one statement.
+        max_files_per_request: files one upload request may carry.
+        max_file_bytes: the largest file (``limits.max_file_bytes``,
+            ``AGENTCANVAS_MAX_FILE_BYTES``).
+    """
+
+    store: str = "database"
+    directory: str = ""
+    piece_bytes: int = 1024 * 1024
+    max_files_per_request: int = 10
+    max_file_bytes: int = 32 * 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> FileSettings:
+        files = dict(config.get("FILES") or {})
+        limits = config.get("LIMITS") or {}
+        out = cls(
+            store=str(files.get("store") or "database"),
+            directory=str(files.get("directory") or ""),
+            piece_bytes=int(files.get("piece_bytes") or cls.piece_bytes),
+            max_files_per_request=int(files.get("max_files_per_request") or cls.max_files_per_request),
+            max_file_bytes=int(limits.get("max_file_bytes") or cls.max_file_bytes),
+        )
+        out.check()
+        return out
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming a setting that cannot work."""
+        if self.store not in STORES:
+            raise ValueError(f"files.store must be one of {', '.join(STORES)}, got {self.store!r}")
+        if self.store == "directory" and not self.directory:
+            raise ValueError("files.store is 'directory' but files.directory names no directory")
+        for name in ("piece_bytes", "max_files_per_request", "max_file_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"files setting {name} must be positive, got {getattr(self, name)!r}")
+
+    def upload_body_limit(self) -> int:
+        """The largest upload request body: every file at the limit, plus room for the form."""
+        return self.max_file_bytes * self.max_files_per_request + 1024 * 1024
+
+
+def descriptor(row: UploadFile) -> dict:
+    """RAGFlow's upload answer for a stored file."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "size": row.size,
+        "extension": row.extension,
+        "mime_type": row.mime_type,
+        "created_by": row.created_by,
+        "created_at": row.create_time / 1000,
+        "preview_url": None,
+    }
+
+
+# ---------------------------------------------------------------------- uploads
+@dataclass
+class _Checked:
+    name: str
+    stream: IO[bytes]
+    size: int
+    sha256: str
+    kind: str
+    mime_type: str
+    text: str
+
+
+def save_uploads(
+    uploads: list,
+    *,
+    tenant_id: str,
+    agent_id: str,
+    created_by: str,
+    end_user: str | None,
+    settings: FileSettings,
+) -> list[dict]:
+    """Check and store the files of one upload request; returns their descriptors.
+
+    Args:
+        uploads: werkzeug ``FileStorage`` objects (``filename``, ``mimetype``, ``stream``).
+        end_user: the embed visitor who uploads (None for an API caller).
+
+    Raises:
+        ArgumentError: no file, too many files, an empty, unnamed, unsupported or
+            unreadable file (the message names it). Nothing is stored.
+        TooLarge: a file over ``max_file_bytes``. Nothing is stored.
+    """
+    if not uploads:
+        raise ArgumentError("no file: send the files as multipart/form-data parts named 'file'")
+    if len(uploads) > settings.max_files_per_request:
+        raise ArgumentError(
+            f"{len(uploads)} files in one request; the limit is {settings.max_files_per_request} "
+            f"(files.max_files_per_request): upload them in several requests"
+        )
+    checked = [_check_upload(upload, settings) for upload in uploads]
+    return _store(checked, tenant_id, agent_id, created_by, end_user, settings)
+
+
+def _check_upload(upload: Any, settings: FileSettings) -> _Checked:
+    name = os.path.basename((upload.filename or "").replace("\\", "/")).strip()
+    if not name:
+        raise ArgumentError("a 'file' part has no file name; send each file with its name")
+    if len(name) > MAX_NAME_CHARS:
+        raise ArgumentError(f"the file name {name[:40]!r}… is longer than {MAX_NAME_CHARS} characters")
+    stream = upload.stream
+    data = stream.read(settings.max_file_bytes + 1)
+    if len(data) > settings.max_file_bytes:
+        raise TooLarge(
+            f"{name!r} is larger than {settings.max_file_bytes} bytes, the limit for one file "
+            f"(AGENTCANVAS_MAX_FILE_BYTES)"
+        )
+    try:
+        kind, mime_type, text = check_file(name, upload.mimetype, data)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    size, digest = len(data), hashlib.sha256(data).hexdigest()
+    stream.seek(0)
+    # Only one file's bytes are held at a time; they are read again when stored.
+    return _Checked(name, stream, size, digest, kind, mime_type, text)
+
+
+def _store(
+    checked: list[_Checked],
+    tenant_id: str,
+    agent_id: str,
+    created_by: str,
+    end_user: str | None,
+    settings: FileSettings,
+) -> list[dict]:
+    rows = [
+        UploadFile(
+            tenant_id=tenant_id,
+            agent_id=agent_id,
+            end_user=end_user,
+            created_by=created_by,
+            name=c.name,
+            size=c.size,
+            extension=c.kind,
+            mime_type=c.mime_type,
+            kind="image" if c.kind in SUPPORTED_IMAGE_TYPES else "document",
+            store=settings.store,
+            sha256=c.sha256,
+            text_chars=len(c.text),
+        )
+        for c in checked
+    ]
+    written: list[Path] = []
+    try:
+        if settings.store == "directory":
+            for row, c in zip(rows, checked, strict=True):
+                written += _write_directory(settings, row, c)
+        with write_transaction():
+            for row, c in zip(rows, checked, strict=True):
+                row.save(force_insert=True)
+                if settings.store == "database":
+                    _write_pieces(row.id, "data", c.stream.read(), settings.piece_bytes)
+                    _write_pieces(row.id, "text", c.text.encode("utf-8"), settings.piece_bytes)
+    except BaseException:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return [descriptor(row) for row in rows]
+
+
+def _write_pieces(file_id: str, part: str, data: bytes, piece_bytes: int) -> None:
+    # One INSERT per piece: each statement stays under the server's packet limit.
+    for seq, start in enumerate(range(0, len(data), piece_bytes)):
+        FilePiece.insert(
+            file_id=file_id, part=part, seq=seq, data=data[start : start + piece_bytes]
+        ).execute()
+
+
+def _paths(settings: FileSettings, row: UploadFile) -> dict[str, Path]:
+    base = Path(settings.directory) / row.tenant_id
+    return {"data": base / f"{row.id}.data", "text": base / f"{row.id}.txt"}
+
+
+def _write_directory(settings: FileSettings, row: UploadFile, c: _Checked) -> list[Path]:
+    paths = _paths(settings, row)
+    paths["data"].parent.mkdir(parents=True, exist_ok=True)
+    done = []
+    for part, content in (("data", c.stream.read()), ("text", c.text.encode("utf-8"))):
+        # Written whole under a temporary name, then renamed: never a half file.
+        fd, tmp = tempfile.mkstemp(dir=paths[part].parent, prefix=".upload-")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content)
+        os.replace(tmp, paths[part])
+        done.append(paths[part])
+    return done
+
+
+# ---------------------------------------------------------------------- reading
+def find_file(
+    tenant_id: str, file_id: str, end_user: str | None = None, agent_id: str | None = None
+) -> UploadFile:
+    """The tenant's file (and, for an embed visitor, that visitor's file of this agent).
+
+    Raises:
+        NotFound: no such file for this caller (another tenant's or visitor's included).
+    """
+    row = None
+    if isinstance(file_id, str) and 0 < len(file_id) <= 64:
+        cond = (UploadFile.id == file_id) & (UploadFile.tenant_id == tenant_id)
+        if end_user is not None:
+            cond &= (UploadFile.end_user == end_user) & (UploadFile.agent_id == agent_id)
+        row = UploadFile.get_or_none(cond)
+    if row is None:
+        raise NotFound(f"file {file_id!r} not found")
+    return row
+
+
+def read_part(row: UploadFile, part: str, settings: FileSettings | None = None) -> bytes:
+    """A stored file's ``data`` (bytes) or ``text`` (parsed text, UTF-8)."""
+    if row.store == "directory":
+        if settings is None or not settings.directory:
+            raise RuntimeError(f"file {row.id!r} is in a directory store, and files.directory is not set")
+        return _paths(settings, row)[part].read_bytes()
+    pieces = (
+        FilePiece.select(FilePiece.data)
+        .where((FilePiece.file_id == row.id) & (FilePiece.part == part))
+        .order_by(FilePiece.seq)
+        .tuples()
+    )
+    return b"".join(bytes(data) for (data,) in pieces)
+
+
+class TurnFiles:
+    """The file service of one turn (:class:`agent.files.FileService`).
+
+    Args:
+        tenant_id: the turn's tenant; no other tenant's file is ever found.
+        agent_id: the agent the turn runs.
+        end_user: the embed visitor, whose own uploads are the only files it may use.
+        settings: where files are stored.
+    """
+
+    #: Parsed texts kept per process, by file id (a file never changes once stored).
+    _texts: dict[str, str] = {}
+    _texts_lock = threading.Lock()
+    _TEXTS_MAX = 64
+
+    def __init__(self, tenant_id: str, agent_id: str, end_user: str | None, settings: FileSettings):
+        self.tenant_id = tenant_id
+        self.agent_id = agent_id
+        self.end_user = end_user
+        self.settings = settings
+        self._rows: dict[str, UploadFile] = {}
+
+    def resolve(self, refs: list) -> list[dict]:
+        out = []
+        for ref in refs:
+            file_id = ref_id(ref)
+            try:
+                row = self._row(file_id)
+            except NotFound:
+                raise ValueError(
+                    f"file {file_id!r} not found; upload it first (POST /agents/<id>/upload) and send its id"
+                ) from None
+            out.append(descriptor(row))
+        return out
+
+    def read(self, descriptor: dict) -> bytes:
+        return self._read(str(descriptor.get("id")), "data")
+
+    def text(self, descriptor: dict) -> str:
+        file_id = str(descriptor.get("id"))
+        with self._texts_lock:
+            cached = self._texts.get(file_id)
+        if cached is not None:
+            return cached
+        text = self._read(file_id, "text").decode("utf-8")
+        with self._texts_lock:
+            if len(self._texts) >= self._TEXTS_MAX:
+                self._texts.pop(next(iter(self._texts)))
+            self._texts[file_id] = text
+        return text
+
+    def _row(self, file_id: str) -> UploadFile:
+        row = self._rows.get(file_id)
+        if row is None:
+            # The canvas may run in the turn's worker thread, which holds no connection.
+            with db.connection_context():
+                row = find_file(self.tenant_id, file_id, self.end_user, self.agent_id)
+            self._rows[file_id] = row
+        return row
+
+    def _read(self, file_id: str, part: str) -> bytes:
+        row = self._row(file_id)
+        with db.connection_context():
+            return read_part(row, part, self.settings)

@@ -1,0 +1,269 @@
+"""Files in conversations over the API (SQLite, MariaDB, Postgres): upload, download,
+isolation between tenants and embed visitors, limits, every bad input, and files
+reaching the model through ``files`` and ``file`` form fields."""
+
+from __future__ import annotations
+
+import io
+import secrets
+
+import pytest
+
+from api.db import FilePiece, Session, UploadFile, db
+from tests.api.conftest import Api, dsl_of, make_token
+from tests.files import make_pdf, make_png
+from tests.llm_server import LLMServer
+
+PDF_TEXT = "The launch code is tangerine"
+
+
+@pytest.fixture
+def llm():
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def app(app_factory, llm):
+    # Pieces of 1,000 bytes: every stored file here spans several of them.
+    return app_factory(
+        SETTINGS={"llm": llm.settings(max_retries=0, vision=True)},
+        FILES={"piece_bytes": 1000, "max_files_per_request": 3},
+        LIMITS={"max_file_bytes": 20_000},
+    )
+
+
+def upload(api: Api, agent_id: str, *files: tuple[str, bytes], path: str | None = None, **form):
+    data = {"file": [(io.BytesIO(content), name) for name, content in files], **form}
+    return api.post(path or f"/agents/{agent_id}/upload", data=data, content_type="multipart/form-data")
+
+
+def llm_dsl(prompt: str = "{sys.query}", inputs: dict | None = None) -> dict:
+    dsl = dsl_of(
+        {
+            "LLM:Read": ("LLM", {"prompts": [{"role": "user", "content": prompt}]}, ["Message:Out"]),
+            "Message:Out": ("Message", {"content": ["{LLM:Read@content}"]}, []),
+        }
+    )
+    dsl["components"]["begin"]["obj"]["params"]["inputs"] = inputs or {}
+    return dsl
+
+
+def form_dsl() -> dict:
+    """Begin → UserFillUp asking for a file and a number → LLM reading the file → Message."""
+    dsl = dsl_of(
+        {
+            "UserFillUp:Ask": (
+                "UserFillUp",
+                {
+                    "enable_tips": True,
+                    "tips": "Send the contract",
+                    "inputs": {
+                        "contract": {"name": "Contract", "type": "file"},
+                        "copies": {"name": "Copies", "type": "integer"},
+                    },
+                },
+                ["LLM:Read"],
+            ),
+            "LLM:Read": (
+                "LLM",
+                {"prompts": [{"role": "user", "content": "Read:\n{UserFillUp:Ask@contract}"}]},
+                ["Message:Out"],
+            ),
+            "Message:Out": ("Message", {"content": ["{LLM:Read@content}"]}, []),
+        }
+    )
+    return dsl
+
+
+def session_row(session_id: str) -> dict:
+    with db.connection_context():
+        return Session.select().where(Session.id == session_id).dicts().get()
+
+
+def test_upload_answers_descriptors_and_the_owner_downloads_the_same_bytes(api: Api, other: Api):
+    agent = api.create_agent(llm_dsl())
+    pdf = make_pdf([PDF_TEXT] + [f"page {n}" for n in range(2, 8)])
+    resp = upload(api, agent, ("report.pdf", pdf))
+    assert resp.status_code == 200, resp.json
+    d = resp.json["data"]
+    assert set(d) >= {"id", "name", "size", "extension", "mime_type", "created_by", "created_at"}
+    assert (d["name"], d["size"], d["extension"], d["mime_type"]) == (
+        "report.pdf",
+        len(pdf),
+        "pdf",
+        "application/pdf",
+    )
+    with db.connection_context():
+        assert FilePiece.select().where(FilePiece.file_id == d["id"], FilePiece.part == "data").count() > 1
+
+    got = api.get(f"/agents/attachments/{d['id']}/download")
+    assert got.status_code == 200 and got.data == pdf
+    assert got.headers["Content-Type"] == "application/pdf"
+    assert "report.pdf" in got.headers["Content-Disposition"]
+
+    for resp in (
+        other.get(f"/agents/attachments/{d['id']}/download"),
+        other.get("/agents/attachments/nope/download"),
+    ):
+        assert resp.status_code == 404 and resp.json["code"] == 102
+    assert upload(other, agent, ("a.txt", b"hi")).status_code == 404  # another tenant's agent
+
+
+def test_several_files_in_one_request_answer_a_list(api: Api):
+    agent = api.create_agent(llm_dsl())
+    resp = upload(api, agent, ("a.md", b"# Title\nbody"), ("dot.png", make_png()))
+    assert resp.status_code == 200, resp.json
+    assert [(d["name"], d["mime_type"]) for d in resp.json["data"]] == [
+        ("a.md", "text/markdown"),
+        ("dot.png", "image/png"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "files, status, words",
+    [
+        ([], 400, "no file"),
+        (
+            [("setup.exe", b"MZ...")],
+            400,
+            "supported documents: txt, md, html, pdf, docx, csv, json; images: png",
+        ),
+        ([("locked.pdf", make_pdf(["x"], password="pw"))], 400, "needs a password"),
+        ([("scan.pdf", make_pdf([""]))], 400, "no text layer"),
+        ([("empty.txt", b"")], 400, "is empty"),
+        ([("fake.png", b"not an image")], 400, "not a PNG image"),
+        ([("big.txt", b"x" * 20_001)], 413, "AGENTCANVAS_MAX_FILE_BYTES"),
+        ([("a.txt", b"1"), ("b.txt", b"2"), ("c.txt", b"3"), ("d.txt", b"4")], 400, "the limit is 3"),
+        ([("good.txt", b"fine"), ("bad.docx", b"PK not a docx")], 400, "not a readable DOCX"),
+    ],
+)
+def test_bad_uploads_are_refused_in_words_and_nothing_is_stored(api: Api, files, status, words):
+    agent = api.create_agent(llm_dsl())
+    resp = upload(api, agent, *files)
+    assert resp.status_code == status, resp.json
+    assert words in resp.json["message"]
+    with db.connection_context():
+        assert UploadFile.select().count() == 0 and FilePiece.select().count() == 0
+
+
+def test_a_body_over_the_upload_limit_is_413(api: Api):
+    agent = api.create_agent(llm_dsl())
+    # 3 files × 20,000 bytes + 1 MiB for the form: this body is larger.
+    resp = upload(api, agent, ("huge.txt", b"x" * (3 * 20_000 + 1024 * 1024 + 10)))
+    assert resp.status_code == 413 and resp.json["code"] == 101
+
+
+def test_files_on_a_completion_reach_the_model_text_and_image(api: Api, llm: LLMServer):
+    agent = api.create_agent(llm_dsl())
+    pdf = upload(api, agent, ("report.pdf", make_pdf([PDF_TEXT]))).json["data"]
+    png = upload(api, agent, ("dot.png", make_png())).json["data"]
+    resp = api.ask(agent, None, "what does it say?", files=[pdf, png["id"]])
+    assert resp.status_code == 200, resp.json
+    content = llm.chat_requests()[-1]["messages"][-1]["content"]
+    assert content[0]["type"] == "text" and PDF_TEXT in content[0]["text"]
+    assert content[1]["type"] == "image_url" and content[1]["image_url"]["url"].startswith(
+        "data:image/png;base64,"
+    )
+
+
+def test_unknown_and_foreign_files_on_a_completion_are_400_naming_files(api: Api, other: Api, llm: LLMServer):
+    agent = api.create_agent(llm_dsl())
+    theirs = other.create_agent(llm_dsl())
+    foreign = upload(other, theirs, ("secret.txt", b"their secret")).json["data"]
+    session = api.create_session(agent)
+    before = session_row(session)
+    for files in (["no-such-file"], [foreign], [{"name": "x"}], "not a list"):
+        resp = api.ask(agent, session, "hi", files=files)
+        assert resp.status_code == 400, resp.json
+        if isinstance(files, list):
+            assert set(resp.json["data"]["errors"]) == {"files"}
+    assert session_row(session) == before
+    assert not llm.chat_requests()
+
+
+def test_a_form_answered_with_a_pdf_sends_its_text_and_a_rejected_answer_changes_nothing(
+    api: Api, other: Api, llm: LLMServer
+):
+    agent = api.create_agent(form_dsl())
+    first = api.ask(agent, None, "start")
+    assert first.json["data"]["event"] == "user_inputs"
+    session = first.json["data"]["session_id"]
+    theirs = other.create_agent(llm_dsl())
+    foreign = upload(other, theirs, ("x.txt", b"not yours")).json["data"]["id"]
+    mine = upload(api, agent, ("contract.pdf", make_pdf([PDF_TEXT]))).json["data"]
+
+    before = session_row(session)
+    for answer in (
+        {"contract": "nope", "copies": 2},
+        {"contract": foreign, "copies": 2},
+        {"contract": 7, "copies": 2},
+    ):
+        resp = api.ask(agent, session, "", inputs=answer)
+        assert resp.status_code == 400, resp.json
+        assert set(resp.json["data"]["errors"]) == {"contract"}
+        assert session_row(session) == before  # byte for byte: nothing lost, nothing advanced
+
+    resp = api.ask(agent, session, "", inputs={"contract": {"value": [mine]}, "copies": "2"})
+    assert resp.status_code == 200, resp.json
+    sent = llm.chat_requests()[-1]["messages"][-1]["content"]
+    assert sent == f"Read:\n[file: contract.pdf]\n{PDF_TEXT}"
+
+
+def test_embed_visitors_use_only_their_own_files(app, api: Api):
+    agent = api.create_agent(llm_dsl())
+    embed = make_token(app, "tenant-a", "embed")
+    client = app.test_client()
+    alice, bob = secrets.token_hex(16), secrets.token_hex(16)
+
+    def bot_upload(user_id, name, content):
+        return client.post(
+            f"/api/v1/agentbots/{agent}/upload",
+            data={"file": [(io.BytesIO(content), name)], "user_id": user_id},
+            headers={"Authorization": f"Bearer {embed}"},
+            content_type="multipart/form-data",
+        )
+
+    resp = bot_upload(alice, "notes.txt", b"alice's notes")
+    assert resp.status_code == 200, resp.json
+    file_id = resp.json["data"]["id"]
+    assert resp.json["data"]["created_by"] == alice
+    assert bot_upload(None, "notes.txt", b"x").status_code == 400  # no visitor id
+    assert upload(api, agent, ("n.txt", b"x"), path=f"/agentbots/{agent}/upload").status_code == 401
+
+    def bot_ask(user_id):
+        return client.post(
+            f"/api/v1/agentbots/{agent}/completions",
+            json={"question": "read", "user_id": user_id, "files": [file_id], "stream": False},
+            headers={"Authorization": f"Bearer {embed}"},
+        )
+
+    assert bot_ask(alice).status_code == 200
+    refused = bot_ask(bob)
+    assert refused.status_code == 400 and "not found" in refused.json["data"]["errors"]["files"]
+    # The tenant owns its visitors' files: the API may download them.
+    assert api.get(f"/agents/attachments/{file_id}/download").data == b"alice's notes"
+
+
+def test_per_turn_file_limit_counts_attached_files(app_factory, llm: LLMServer):
+    app = app_factory(SETTINGS={"llm": llm.settings()}, LIMITS={"max_files_per_turn": 1})
+    api = Api(app, make_token(app, "tenant-a"))
+    agent = api.create_agent(llm_dsl())
+    a = upload(api, agent, ("a.txt", b"one")).json["data"]["id"]
+    b = upload(api, agent, ("b.txt", b"two")).json["data"]["id"]
+    resp = api.ask(agent, None, "hi", files=[a, b])
+    assert resp.status_code == 400 and "max_files_per_turn" in resp.json["data"]["errors"]["files"]
+
+
+def test_directory_store_keeps_bytes_out_of_the_database(app_factory, tmp_path, llm: LLMServer):
+    app = app_factory(
+        SETTINGS={"llm": llm.settings()}, FILES={"store": "directory", "directory": str(tmp_path / "files")}
+    )
+    api = Api(app, make_token(app, "tenant-a"))
+    agent = api.create_agent(llm_dsl())
+    d = upload(api, agent, ("n.md", b"# Notes\nremember the milk")).json["data"]
+    with db.connection_context():
+        assert FilePiece.select().count() == 0
+    assert api.get(f"/agents/attachments/{d['id']}/download").data == b"# Notes\nremember the milk"
+    assert api.ask(agent, None, "read", files=[d["id"]]).status_code == 200
+    assert "remember the milk" in llm.chat_requests()[-1]["messages"][-1]["content"]
