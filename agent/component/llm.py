@@ -12,7 +12,9 @@ when the value is not 0 — ``message_history_window_size`` (1–100, 20 when ab
 runtime does not do yet). Ours: ``history_source`` (``"node"``: the node's own
 exchanges, the default; ``"conversation"``: the session's queries and final
 answers) and ``memory_key`` (a template such as ``"{sys.user_id}"``: keep the node's
-memory under that key beyond the session, see :mod:`agent.memory`).
+memory under that key beyond the session, see :mod:`agent.memory`) and ``compaction``
+(``true`` or ``{"max_summary_tokens": N}``: what the window drops is summarised, see
+:mod:`agent.compaction`).
 
 Outputs: ``content`` (the answer) and, with a schema, ``structured`` (the parsed JSON).
 
@@ -34,6 +36,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from agent import compaction
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.errors import Cancelled, ComponentError, LLMError
@@ -76,6 +79,7 @@ class LLMParam(ComponentParamBase):
         self.memory_key = ""
         self.output_structure: Any = None
         self.cite = True
+        self.compaction: Any = False
 
     def check(self) -> None:
         if self.llm_id is None:
@@ -102,6 +106,13 @@ class LLMParam(ComponentParamBase):
         if self.memory_key and self.history_source == "conversation":
             raise ValueError(
                 "memory_key keeps the node's own memory; it cannot be used with history_source 'conversation'"
+            )
+        if compaction.parse_setting(self.compaction) is not None and (
+            self.memory_key or self.history_source == "conversation"
+        ):
+            raise ValueError(
+                "compaction summarises the node's own session memory; it cannot be used with memory_key or "
+                "history_source 'conversation'"
             )
         if isinstance(self.output_structure, str) and self.output_structure.strip():
             try:
@@ -238,9 +249,23 @@ class LLM(ComponentBase):
             prompt_tokens += file_tokens
         window = int(self._param.message_history_window_size)
         budget = history_budget(model.context_size, options.get("max_tokens", 0), prompt_tokens)
-        history = select_history(memory.entries(window), window, budget)
-        messages = head + history + prompts
+        client = ChatClient(model, who=self.id, sleep=self._canvas.sleep)
+        usage: dict[str, int] = {}
+        summary_limit = compaction.parse_setting(self._param.compaction)
+        compacted = None
+        if summary_limit is None:
+            summary_head: list[dict] = []
+            history = select_history(memory.entries(window), window, budget)
+        else:
+            history, summary_head, compacted = self._compact(
+                client, memory, window, budget, summary_limit, usage
+            )
+            if model.context_size:
+                self._tool_context = int(model.context_size) - max(0, int(options.get("max_tokens", 0) or 0))
+        messages = head + summary_head + history + prompts
         self.inputs_seen = {"llm_id": model.llm_id, "prompt": user_prompt, "history_messages": len(history)}
+        if summary_head:
+            self.inputs_seen["summary"] = True
         if attached or self._referenced_file_ids():
             # Memory keeps the files' names, never their content (attach again to resend).
             with self._canvas.files_as_names():
@@ -251,14 +276,14 @@ class LLM(ComponentBase):
             self.inputs_seen["files"] = attached
             if cut:
                 self.inputs_seen["files_cut"] = cut
-        client = ChatClient(model, who=self.id, sleep=self._canvas.sleep)
-        usage: dict[str, int] = {}
         streamed = schema is None and self._streams_to_message()
         rounds = self._rounds(client, messages, options, usage, streamed=streamed)
 
         def done(answer: str) -> None:
             stored = self.accept_answer(answer)
             self._record_usage(usage)
+            if compacted is not None:
+                compaction.apply(self._canvas.memory, self.id, *compacted)
             memory.append(user_prompt, stored)
 
         if streamed:
@@ -268,6 +293,34 @@ class LLM(ComponentBase):
             return None
         done("".join(rounds))
         return None
+
+    def _compact(
+        self, client: ChatClient, memory: NodeMemory, window: int, budget: int, limit: int, usage: dict
+    ) -> tuple[list[dict], list[dict], tuple[int, str] | None]:
+        """The history and summary to send, and what to commit if the exchange succeeds.
+
+        Returns ``(history, summary messages, (entries summarised, new summary) or None)``.
+        """
+        entries = memory.entries(MAX_WINDOW)
+        summary = compaction.stored_summary(self._canvas.memory, self.id)
+        head = compaction.summary_messages(summary)
+        history = select_history(entries, window, budget - messages_tokens(head))
+        if len(history) == len(entries):
+            return history, head, None
+        cut = compaction.split_for_summary(entries, len(history))
+        request = compaction.summary_request(summary, entries[:cut], limit)
+        try:
+            result = client.complete(request, max_tokens=limit)
+        except LLMError:
+            # No summary from a failed call: this answer goes with the plain window.
+            return history, head, None
+        _add_usage(usage, result.usage, request, result)
+        new = compaction.bounded(result.content or "", limit)
+        if not new:
+            return history, head, None
+        head = compaction.summary_messages(new)
+        history = select_history(entries[cut:], window, budget - messages_tokens(head))
+        return history, head, (cut, new)
 
     def attach_files(
         self, prompts: list[dict], model: ModelConfig, max_tokens: int, prompt_tokens: int
@@ -370,6 +423,10 @@ class LLM(ComponentBase):
             )
             for call in result.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": self.call_tool(call)})
+            context = getattr(self, "_tool_context", None)
+            if context:
+                # Compaction: old tool results go first when the rounds fill the context.
+                compaction.clear_old_tool_results(messages, context)
 
     def _check_cancel(self) -> None:
         check = self._canvas.cancel_check

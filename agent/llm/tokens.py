@@ -54,6 +54,16 @@ def count_tokens(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
+def truncate_tokens(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` tokens (whole tokens, never inside a character)."""
+    if count_tokens(text) <= limit:
+        return text
+    tokens = encoding().encode(text, disallowed_special=())[: max(0, limit)]
+    cut = encoding().decode(tokens)
+    # A token boundary inside a multi-byte character decodes as U+FFFD: leave it out.
+    return cut.rstrip("\ufffd")
+
+
 def message_tokens(content: str) -> int:
     """Tokens one chat message of this content takes, format overhead included."""
     return count_tokens(content or "") + MESSAGE_OVERHEAD
