@@ -13,7 +13,16 @@ $(BIN)/agentcanvas: setup.cfg pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
-install: $(BIN)/agentcanvas
+# ragflow-sdk 0.27.x beside the 0.22.1 that setup.cfg installs: 0.27 declares Python >= 3.13
+# but is pure Python. Its own directory, put on sys.path only by the tests' `sdk` fixture
+# (tests/e2e/conftest.py), so both generations of the SDK run against the server.
+SDK_CURRENT := $(VENV)/ragflow-sdk-0.27
+$(SDK_CURRENT)/ragflow_sdk/__init__.py: $(BIN)/agentcanvas Makefile
+	rm -rf $(SDK_CURRENT)
+	$(BIN)/pip install -q --no-deps --ignore-requires-python --target $(SDK_CURRENT) 'ragflow-sdk>=0.27,<0.28'
+	touch $@
+
+install: $(BIN)/agentcanvas $(SDK_CURRENT)/ragflow_sdk/__init__.py
 
 # The server on SQLite (./data/) with the samples loaded; prints a token and embed URLs.
 run: install

@@ -18,6 +18,7 @@ key                       from
 ``SWEEP_BATCH``           ``session.sweep_batch``
 ``SWEEP_INTERVAL_SECONDS`` ``session.sweep_interval_seconds``
 ``MEMORY_TTL_SECONDS``    ``memory.ttl_seconds``
+``AGENT_LIST_SHAPE``      ``agent.list_shape`` (``AGENTCANVAS_AGENT_LIST_SHAPE``)
 ``LIMITS``                ``limits`` (the fields of :class:`agent.canvas.Limits`)
 ``SETTINGS``              everything, for services that read other sections
 ========================  =====================================
@@ -50,6 +51,9 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_BATCH": 500,
     "SWEEP_INTERVAL_SECONDS": 60,
     "MEMORY_TTL_SECONDS": 0,
+    # GET /agents answers {"canvas": [...], "total": N} as current RAGFlow (ragflow-sdk >= 0.26);
+    # "list" for the bare list that ragflow-sdk 0.22 reads.
+    "AGENT_LIST_SHAPE": "canvas",
     "LIMITS": {},
     # The ``files`` section: store, directory, piece_bytes, max_files_per_request.
     "FILES": {},
@@ -71,7 +75,9 @@ _FROM_SETTINGS = {
     "SWEEP_BATCH": ("session", "sweep_batch"),
     "SWEEP_INTERVAL_SECONDS": ("session", "sweep_interval_seconds"),
     "MEMORY_TTL_SECONDS": ("memory", "ttl_seconds"),
+    "AGENT_LIST_SHAPE": ("agent", "list_shape"),
 }
+AGENT_LIST_SHAPES = ("canvas", "list")
 
 
 def from_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +130,11 @@ def check(config: dict[str, Any]) -> None:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"setting {key} must be a whole number, 0 or more, got {value!r}")
+    if config.get("AGENT_LIST_SHAPE") not in AGENT_LIST_SHAPES:
+        raise ValueError(
+            f"setting AGENT_LIST_SHAPE (AGENTCANVAS_AGENT_LIST_SHAPE) must be one of "
+            f"{', '.join(AGENT_LIST_SHAPES)}, got {config.get('AGENT_LIST_SHAPE')!r}"
+        )
     if not isinstance(config.get("LIMITS"), dict):
         raise ValueError(f"setting LIMITS must be a mapping of limit names, got {config.get('LIMITS')!r}")
 

@@ -37,7 +37,10 @@ def list_agents() -> ResponseReturnValue:
         tenant_id(), page, page_size, orderby, desc, request.args.get("id"), request.args.get("title")
     )
     with_dsl = arg_flag("dsl", True)
-    return ok([agents.agent_json(a, with_dsl) for a in rows], total=total)
+    listed = [agents.agent_json(a, with_dsl) for a in rows]
+    if current_app.config["AGENT_LIST_SHAPE"] == "list":
+        return ok(listed, total=total)  # ragflow-sdk 0.22 iterates ``data``
+    return ok({"canvas": listed, "total": total})
 
 
 @bp.get("/agents/<agent_id>")

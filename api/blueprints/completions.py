@@ -4,6 +4,10 @@ Streamed replies are server-sent events ``data:<event json>`` ending with
 ``data:[DONE]``. Without ``return_trace`` they carry only what RAGFlow's clients
 read: ``message`` chunks, then ``message_end`` or ``user_inputs`` (the form), or the
 ``workflow_finished`` event of a failed turn (its ``data.content`` is the error).
+A form's tips and a failure's error are also sent as a ``message`` chunk followed
+by ``message_end`` just before that ending event: ragflow-sdk 0.27 shows only
+``message`` chunks (it would show neither), and 0.22 stops reading at
+``message_end`` (so it shows the text once, not twice).
 :func:`sse_reply` and :func:`blocking_reply` are shared with the other completion
 routes (embed, OpenAI-compatible).
 """
@@ -32,13 +36,35 @@ def _shown(event: dict, return_trace: bool) -> bool:
     return event["event"] == "workflow_finished" and event["data"].get("status") != "succeeded"
 
 
-def sse_reply(turn: Turn, return_trace: bool = False) -> Response:
-    """Stream the turn's events. A client that goes away stops only the reading."""
+def _ending_text(event: dict) -> str:
+    """The text a form pause or a failure shows the user; empty for any other event."""
+    data = event.get("data") or {}
+    if event["event"] == "user_inputs" or (
+        event["event"] == "workflow_finished" and data.get("status") != "succeeded"
+    ):
+        return str(data.get("content") or data.get("tips") or data.get("error") or "")
+    return ""
+
+
+def sse_reply(turn: Turn, return_trace: bool = False, sdk_text: bool = False) -> Response:
+    """Stream the turn's events. A client that goes away stops only the reading.
+
+    ``sdk_text``: send a form's tips or a failure's error as a ``message`` chunk and a
+    ``message_end`` before the ending event, for ragflow-sdk (see the module docstring).
+    """
 
     def frames() -> Iterator[str]:
         for event in turn.events():
-            if _shown(event, return_trace):
-                yield sse_frame(event)
+            if not _shown(event, return_trace):
+                continue
+            text = _ending_text(event) if sdk_text else ""
+            if text:
+                ids = {
+                    k: event[k] for k in ("message_id", "created_at", "task_id", "session_id") if k in event
+                }
+                yield sse_frame({"event": "message", **ids, "data": {"content": text}})
+                yield sse_frame({"event": "message_end", **ids, "data": {}})
+            yield sse_frame(event)
         yield sse_frame("[DONE]")
 
     return sse_response(frames())
@@ -76,7 +102,9 @@ def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
     turn = turn_service().start(req, inline=not stream)
-    return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
+    if stream:
+        return sse_reply(turn, return_trace, sdk_text=not return_trace)
+    return blocking_reply(turn)
 
 
 def _rewind_request(agent_id: str, session_id: str, body: dict) -> TurnRequest:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, sample
 
 
@@ -12,18 +14,18 @@ def test_create_list_get_update_delete(api: Api):
     assert resp.status_code == 200 and resp.json["code"] == 0
     agent_id = resp.json["data"]["id"]
 
-    # ragflow-sdk finds the agent by title; data is a list with id, title, dsl.
+    # As current RAGFlow: data is {"canvas": [agents with id, title, dsl], "total": N}.
     listed = api.get("/agents", query_string={"title": "Greeting", "desc": "True"}).json
-    assert listed["code"] == 0
-    assert [a["id"] for a in listed["data"]] == [agent_id]
-    assert listed["data"][0]["dsl"]["components"].keys() == sample("greeting")["components"].keys()
+    assert listed["code"] == 0 and listed["data"]["total"] == 1
+    assert [a["id"] for a in listed["data"]["canvas"]] == [agent_id]
+    assert listed["data"]["canvas"][0]["dsl"]["components"].keys() == sample("greeting")["components"].keys()
 
     got = api.get(f"/agents/{agent_id}").json["data"]
     assert got["title"] == "Greeting" and got["description"] == "hello"
 
     resp = api.put(f"/agents/{agent_id}", json={"title": "Hello agent"})
     assert resp.json["code"] == 0 and resp.json["data"]["title"] == "Hello agent"
-    assert api.get("/agents", query_string={"title": "Greeting"}).json["data"] == []
+    assert api.get("/agents", query_string={"title": "Greeting"}).json["data"]["canvas"] == []
 
     assert api.delete(f"/agents/{agent_id}", json={}).json["code"] == 0
     resp = api.get(f"/agents/{agent_id}")
@@ -38,11 +40,11 @@ def test_list_pages_and_orders(api: Api):
     page3 = api.get(
         "/agents", query_string={"page": 3, "page_size": 2, "orderby": "title", "desc": "false"}
     ).json
-    assert [a["title"] for a in page1["data"]] == ["a0", "a1"]
-    assert [a["title"] for a in page3["data"]] == ["a4"]
-    assert page1["total"] == 5
-    assert api.get("/agents", query_string={"id": ids[2]}).json["data"][0]["title"] == "a2"
-    without = api.get("/agents", query_string={"dsl": "false"}).json["data"]
+    assert [a["title"] for a in page1["data"]["canvas"]] == ["a0", "a1"]
+    assert [a["title"] for a in page3["data"]["canvas"]] == ["a4"]
+    assert page1["data"]["total"] == 5
+    assert api.get("/agents", query_string={"id": ids[2]}).json["data"]["canvas"][0]["title"] == "a2"
+    without = api.get("/agents", query_string={"dsl": "false"}).json["data"]["canvas"]
     assert all("dsl" not in a for a in without)
 
     resp = api.get("/agents", query_string={"orderby": "secret_column"})
@@ -51,6 +53,16 @@ def test_list_pages_and_orders(api: Api):
     assert resp.status_code == 400 and "page_size" in resp.json["message"]
     resp = api.get("/agents", query_string={"page_size": 100000})
     assert resp.status_code == 400 and "page_size" in resp.json["message"]
+
+
+def test_the_old_list_shape_is_a_setting(app_factory):
+    # ragflow-sdk 0.22 iterates ``data`` as the list of agents, with ``total`` beside it.
+    old = Api(app := app_factory(AGENT_LIST_SHAPE="list"), make_token(app))
+    agent_id = old.create_agent(echo_dsl(), title="listed")
+    listed = old.get("/agents").json
+    assert [a["id"] for a in listed["data"]] == [agent_id] and listed["total"] == 1
+    with pytest.raises(ValueError, match="AGENTCANVAS_AGENT_LIST_SHAPE"):
+        app_factory(AGENT_LIST_SHAPE="dict")
 
 
 def test_every_dsl_change_is_a_new_version(api: Api):
@@ -77,7 +89,7 @@ def test_duplicate_title_is_refused(api: Api):
     other_id = api.create_agent(echo_dsl(), title="other")
     resp = api.put(f"/agents/{other_id}", json={"title": "same"})
     assert resp.status_code == 409
-    assert len(api.get("/agents").json["data"]) == 2
+    assert len(api.get("/agents").json["data"]["canvas"]) == 2
 
 
 def test_ragflow_export_is_unwrapped(api: Api):
@@ -116,7 +128,7 @@ def _refused(api: Api, body, status: int = 400, **kw) -> dict:
     assert resp.status_code == status, resp.json
     assert resp.json["code"] != 0
     # Nothing was stored.
-    assert api.get("/agents").json["data"] == []
+    assert api.get("/agents").json["data"]["canvas"] == []
     return resp.json
 
 
@@ -172,7 +184,7 @@ def test_size_limits(app_factory):
     resp = api.post("/agents", data=body, content_type="application/json")
     assert resp.status_code == 413 and resp.json["code"] == 101
     assert "max_body_bytes" in resp.json["message"]
-    assert api.get("/agents").json["data"] == []
+    assert api.get("/agents").json["data"]["canvas"] == []
 
 
 def test_authentication(app):

@@ -60,14 +60,14 @@ def test_agent_import_export_and_bare_dsl(cli, app_factory, tmp_path):
     cli("agent", "import", str(bare), "--tenant", "acme")
     token = cli("token", "create", "--tenant", "acme").stdout.split()[-1]
     api = Api(app_factory(), token)
-    assert sorted(a["title"] for a in api.get("/agents").json["data"]) == ["Greeting", "my_echo"]
+    assert sorted(a["title"] for a in api.get("/agents").json["data"]["canvas"]) == ["Greeting", "my_echo"]
 
     # RAGFlow's templates title themselves per language: the English one is taken.
     cli("agent", "import", str(ROOT / "tests" / "agent" / "data" / "ragflow_intake.json"), "--tenant", "acme")
-    titles = sorted(a["title"] for a in api.get("/agents").json["data"])
+    titles = sorted(a["title"] for a in api.get("/agents").json["data"]["canvas"])
     assert titles == ["Age check (hand-written in RAGFlow's export shape)", "Greeting", "my_echo"]
     api.delete(
-        f"/agents/{[a for a in api.get('/agents').json['data'] if a['title'].startswith('Age')][0]['id']}"
+        f"/agents/{[a for a in api.get('/agents').json['data']['canvas'] if a['title'].startswith('Age')][0]['id']}"
     )
 
     again = cli("agent", "import", str(bare), "--tenant", "acme", ok=False)
@@ -80,20 +80,20 @@ def test_agent_import_export_and_bare_dsl(cli, app_factory, tmp_path):
     assert failed.returncode == 2 and "begin" in failed.stderr and "'Nope'" in failed.stderr
     missing = cli("agent", "import", str(tmp_path / "absent.json"), ok=False)
     assert "cannot read" in missing.stderr
-    assert len(api.get("/agents").json["data"]) == 2
+    assert len(api.get("/agents").json["data"]["canvas"]) == 2
 
 
 def test_quickstart_sets_up_token_and_samples_once(cli, app_factory):
     first = cli("quickstart", "--no-serve", "--port", "9999").stdout
     token = first.strip().splitlines()[-1].split()[-1]
     api = Api(app_factory(), token)
-    titles = sorted(a["title"] for a in api.get("/agents").json["data"])
+    titles = sorted(a["title"] for a in api.get("/agents").json["data"]["canvas"])
     samples = sorted(json.loads(p.read_text())["title"] for p in (ROOT / "samples").glob("*.json"))
     assert titles == samples
-    for agent in api.get("/agents").json["data"]:
+    for agent in api.get("/agents").json["data"]["canvas"]:
         assert f"http://127.0.0.1:9999/api/v1/agents/{agent['id']}/completions" in first
     cli("quickstart", "--no-serve")
-    assert len(api.get("/agents").json["data"]) == len(samples)
+    assert len(api.get("/agents").json["data"]["canvas"]) == len(samples)
 
 
 def test_run_chats_without_a_server(cli, tmp_path):

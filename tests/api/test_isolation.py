@@ -26,8 +26,8 @@ def test_every_resource_of_another_tenant_is_not_found(api: Api, other: Api):
     foreign = _not_found(other.get(f"/agents/{agent_id}"))
     assert foreign["message"] == missing["message"].replace("0123456789abcdef0123456789abcdef", agent_id)
 
-    assert other.get("/agents", query_string={"title": "private"}).json["data"] == []
-    assert other.get("/agents", query_string={"id": agent_id}).json["data"] == []
+    assert other.get("/agents", query_string={"title": "private"}).json["data"]["canvas"] == []
+    assert other.get("/agents", query_string={"id": agent_id}).json["data"]["canvas"] == []
     _not_found(other.put(f"/agents/{agent_id}", json={"title": "stolen"}))
     _not_found(other.delete(f"/agents/{agent_id}"))
     _not_found(other.get(f"/agents/{agent_id}/versions"))
@@ -54,7 +54,10 @@ def test_every_resource_of_another_tenant_is_not_found(api: Api, other: Api):
     after = api.session(agent_id, session_id, dsl="true")
     assert after == before
     assert api.get(f"/agents/{agent_id}").json["data"]["title"] == "private"
-    assert len(api.get("/agents").json["data"]) == 1 and len(other.get("/agents").json["data"]) == 1
+    assert (
+        len(api.get("/agents").json["data"]["canvas"]) == 1
+        and len(other.get("/agents").json["data"]["canvas"]) == 1
+    )
 
 
 def test_tokens_of_another_tenant(api: Api, other: Api):

@@ -407,7 +407,7 @@ def test_ragflow_template_imports_through_the_api_and_routes_each_category(api: 
 def test_ragflow_template_imported_with_the_cli_routes_too(api: Api, llm: LLMServer, cli):  # noqa: F811
     done = cli("agent", "import", str(TEMPLATE), "--tenant", "tenant-a")
     assert "Order help desk" in done.stdout
-    listed = api.get("/agents", query_string={"title": "Order help desk"}).json["data"]
+    listed = api.get("/agents", query_string={"title": "Order help desk"}).json["data"]["canvas"]
     assert len(listed) == 1
     agent_id = listed[0]["id"]
     session_id = api.create_session(agent_id)

@@ -11,6 +11,9 @@ Fixtures:
   it started is stopped at the end, even when the test fails.
 * ``slow_http`` — a :class:`SlowHTTPServer` on 127.0.0.1 for Invoke components whose
   turns must stay running until the test lets them go.
+* ``sdk`` and ``rag`` — the ``ragflow_sdk`` package of each supported generation (0.22.1
+  and 0.27.x, see :func:`ragflow_sdk`) and a ``RAGFlow`` client of it on a new server:
+  a test that takes ``rag`` (or ``sdk``) runs once with each.
 
 Servers get ``AGENTCANVAS_INVOKE_ALLOW_HOSTS='["127.0.0.1"]'`` (so Invoke may call
 ``slow_http``) and poll cancel flags every 50 ms.
@@ -18,6 +21,8 @@ Servers get ``AGENTCANVAS_INVOKE_ALLOW_HOSTS='["127.0.0.1"]'`` (so Invoke may ca
 
 from __future__ import annotations
 
+import importlib
+import importlib.machinery
 import json
 import os
 import signal
@@ -26,9 +31,11 @@ import subprocess
 import sys
 import threading
 import time
+import zipimport
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -400,3 +407,115 @@ def slow_dsl(slow_url: str) -> dict:
             "Message:Done": ("Message", {"content": ["done {Invoke:Slow@result.n}"]}, []),
         }
     )
+
+
+# ---------------------------------------------------------------------- ragflow-sdk generations
+#: The SDK generations the tests run: 0.22.1 (what pip installs on Python < 3.13, from
+#: setup.cfg) and 0.27.x (current RAGFlow; `make install` puts it in its own directory).
+SDK_GENERATIONS = ("0.22", "0.27")
+#: Where `make install` puts ragflow-sdk 0.27.x (outside site-packages, never on sys.path).
+SDK_CURRENT_DIR = Path(sys.prefix) / "ragflow-sdk-0.27"
+_sdk_modules: dict[str, ModuleType] = {}
+
+
+def _take_modules(package: str) -> dict[str, ModuleType]:
+    """Remove ``package`` and its submodules from ``sys.modules``; return what was there."""
+    taken = {k: v for k, v in sys.modules.items() if k == package or k.startswith(package + ".")}
+    for name in taken:
+        del sys.modules[name]
+    return taken
+
+
+def ragflow_sdk(generation: str) -> ModuleType:
+    """The ``ragflow_sdk`` package of one SDK generation (``"0.22"`` or ``"0.27"``).
+
+    Both are usable in one process, side by side::
+
+        old, new = ragflow_sdk("0.22"), ragflow_sdk("0.27")
+        new.RAGFlow(api_key=token, base_url=url).list_agents()
+
+    ``"0.22"`` is the ordinary ``import ragflow_sdk`` (site-packages). ``"0.27"`` is
+    imported from :data:`SDK_CURRENT_DIR` under the same name and then taken out of
+    ``sys.modules`` again, so that a plain ``import ragflow_sdk`` elsewhere still gets
+    0.22; its classes keep working because each module holds its own references. It is
+    imported without beartype's import hooks (0.22 needs beartype < 0.19, 0.27 >= 0.20,
+    and only one can be installed): 0.27's run-time type checks of the *caller's*
+    arguments are off, which changes nothing on the wire.
+    """
+    if generation in _sdk_modules:
+        return _sdk_modules[generation]
+    if generation == "0.22":
+        module = importlib.import_module("ragflow_sdk")
+        assert module.__version__.startswith("0.22"), module.__version__
+    elif generation == "0.27":
+        if not (SDK_CURRENT_DIR / "ragflow_sdk" / "__init__.py").exists():
+            pytest.fail(f"ragflow-sdk 0.27 is not installed in {SDK_CURRENT_DIR}: run `make install`")
+        module = _import_isolated("ragflow_sdk", SDK_CURRENT_DIR)
+        assert module.__version__.startswith("0.27"), module.__version__
+    else:
+        raise ValueError(f"unknown ragflow-sdk generation {generation!r}; known: {SDK_GENERATIONS}")
+    _sdk_modules[generation] = module
+    return module
+
+
+def _import_isolated(package: str, directory: Path) -> ModuleType:
+    """Import ``package`` from ``directory`` without disturbing the one in site-packages."""
+    saved_modules = _take_modules(package)
+    saved_hooks = list(sys.path_hooks)
+    saved_claw = sys.modules.get("beartype.claw", _take_modules)  # a marker for "absent"
+    # The plain import machinery: beartype's hook (installed by 0.22) would rewrite 0.27.
+    sys.path_hooks[:] = [
+        zipimport.zipimporter,
+        importlib.machinery.FileFinder.path_hook(
+            (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+            (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+            (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+        ),
+    ]
+    sys.modules["beartype.claw"] = None  # 0.27 then skips its own checks (ImportError)
+    sys.path.insert(0, str(directory))
+    sys.path_importer_cache.clear()
+    try:
+        return importlib.import_module(package)
+    finally:
+        sys.path.remove(str(directory))
+        if saved_claw is _take_modules:
+            del sys.modules["beartype.claw"]
+        else:
+            sys.modules["beartype.claw"] = saved_claw
+        _take_modules(package)
+        sys.modules.update(saved_modules)
+        sys.path_hooks[:] = saved_hooks
+        sys.path_importer_cache.clear()
+
+
+def sdk_is_current(sdk: ModuleType) -> bool:
+    """True for ragflow-sdk 0.26 and later (current RAGFlow's API), False for 0.22."""
+    return not sdk.__version__.startswith("0.22")
+
+
+@pytest.fixture(params=SDK_GENERATIONS, ids=lambda g: f"sdk{g}")
+def sdk(request) -> ModuleType:
+    """The ``ragflow_sdk`` package of one generation; tests taking it run with each.
+
+    Use ``sdk.RAGFlow`` (or the ``rag`` fixture), never ``import ragflow_sdk`` directly,
+    and :func:`sdk_is_current` where the generations' calls differ.
+    """
+    return ragflow_sdk(request.param)
+
+
+def sdk_server_env(sdk: ModuleType) -> dict[str, str]:
+    """The server settings an SDK generation needs: 0.22 reads ``GET /agents`` as a list."""
+    return {} if sdk_is_current(sdk) else {"AGENTCANVAS_AGENT_LIST_SHAPE": "list"}
+
+
+@pytest.fixture
+def rag(sdk, deployment):
+    """A ``RAGFlow`` client of this generation on a new server (its own token).
+
+    The server runs with :func:`sdk_server_env`. For another tenant's client on the same
+    server: ``sdk.RAGFlow(api_key=deployment.token("other"), base_url=rag.api_url[:-7])``
+    (``api_url`` ends in ``/api/v1``).
+    """
+    server = deployment.server(**sdk_server_env(sdk))
+    return sdk.RAGFlow(api_key=deployment.token(), base_url=server.url)

@@ -43,7 +43,7 @@ def test_bad_requests_get_clear_errors_and_store_nothing(client):
     raw = json.dumps(padded).encode()
     chunks = iter([raw[i : i + 8192] for i in range(0, len(raw), 8192)])
     assert too_large in _error(client.post("/agents", data=chunks, headers=headers), 413, 101)
-    assert client.get("/agents").json()["data"] == []
+    assert client.get("/agents").json()["data"]["canvas"] == []
 
     _error(requests.get(f"{client.base_url}/api/v1/agents", timeout=30), 401, 109)
     missing = "0" * 32

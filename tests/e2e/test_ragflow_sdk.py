@@ -1,23 +1,26 @@
-"""The ``ragflow-sdk`` client from PyPI, used as its users use it, against a real server."""
+"""The ``ragflow-sdk`` client from PyPI, used as its users use it, against a real server.
+
+Every test runs with ragflow-sdk 0.22.1 and 0.27.x (the ``rag`` fixture of
+tests/e2e/conftest.py), on SQLite and MariaDB.
+"""
 
 from __future__ import annotations
 
 import pytest
-from ragflow_sdk import RAGFlow
 
 from tests.api.conftest import dsl_of, sample
-
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def rag(deployment) -> RAGFlow:
-    return RAGFlow(api_key=deployment.token(), base_url=deployment.server().url)
+from tests.e2e.conftest import sdk_is_current
 
 
-def _agent(rag: RAGFlow, title: str, dsl: dict):
+def by_title(rag, title: str) -> list:
+    """The agents titled ``title``, as a user of either SDK generation finds them
+    (0.27's ``list_agents`` has no ``title`` filter)."""
+    return [a for a in rag.list_agents() if a.title == title]
+
+
+def _agent(rag, title: str, dsl: dict):
     assert rag.create_agent(title, dsl) is None  # the SDK returns nothing: users look it up
-    found = rag.list_agents(title=title)
+    found = by_title(rag, title)
     assert [a.title for a in found] == [title]
     return found[0]
 
@@ -58,14 +61,22 @@ def test_agent_sessions_and_answers_streamed_and_blocking(rag):
     ]
 
 
-def test_form_asked_and_answered_through_the_sdk(rag):
+def test_form_asked_and_answered_through_the_sdk(rag, sdk):
     agent = _agent(rag, "Intake via SDK", sample("intake_form"))
     session = agent.create_session()
+    tips = "Please tell us about yourself to sign up."
 
-    # A paused form reaches the user as its tips, in a stream and in a blocking reply.
-    asked = [m.content for m in session.ask("sign me up", stream=True)]
-    assert asked == ["Please tell us about yourself to sign up."]
+    # A paused form reaches the user as its tips, in a stream and in a blocking reply
+    # (with RAGFlow, 0.27 shows nothing in a stream: it reads only ``message`` events).
+    assert [m.content for m in session.ask("sign me up", stream=True)] == [tips]
+    again = agent.create_session()
+    assert [m.content for m in again.ask("sign me up", stream=False)] == [tips]
+
+    # 0.27's documented form of answers is {key: {"type", "value"}}; 0.22 users send values.
     answers = {"name": "Bo", "age": "16", "plan": "basic"}
+    if sdk_is_current(sdk):
+        answers = {"name": {"type": "line", "value": "Bo"}, "age": {"type": "integer", "value": 16}}
+        answers["plan"] = {"type": "options", "value": "basic"}
     done = list(session.ask("", stream=False, inputs=answers))
     assert [m.content for m in done] == ["Sorry Bo, you must be 18 or older to sign up (you said 16)."]
 
@@ -93,16 +104,16 @@ def test_agent_update_delete_and_refusals_through_the_sdk(rag):
     broken["components"]["Message:Greet"]["downstream"] = ["Message:Gone"]
     with pytest.raises(Exception, match="Message:Gone"):
         rag.create_agent("Broken via SDK", broken)
-    assert rag.list_agents(title="Broken via SDK") == []
+    assert by_title(rag, "Broken via SDK") == []
 
     rag.update_agent(agent.id, title="Hello via SDK", dsl=sample("counter"))
-    assert rag.list_agents(title="Greeting via SDK") == []
-    (renamed,) = rag.list_agents(title="Hello via SDK")
+    assert by_title(rag, "Greeting via SDK") == []
+    (renamed,) = by_title(rag, "Hello via SDK")
     assert renamed.id == agent.id
     answer = [m.content for m in renamed.create_session().ask("hi", stream=False)]
     assert answer == ["This is message number 1 in this session. You said: hi"]
 
     rag.delete_agent(agent.id)
-    assert rag.list_agents(id=agent.id) == []
+    assert agent.id not in {a.id for a in rag.list_agents()}
     with pytest.raises(Exception, match=agent.id):
         rag.delete_agent(agent.id)
