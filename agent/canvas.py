@@ -27,6 +27,7 @@ import contextlib
 import copy
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -67,6 +68,10 @@ _VALIDATED_LOCK = threading.Lock()
 REQUIRED_KEYS = ("components", "path", "history", "retrieval")
 DEFAULT_GLOBALS = {"sys.query": "", "sys.user_id": "", "sys.conversation_turns": 0, "sys.files": []}
 _RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "turn")
+#: ``[ID:n]``: how an answer cites the n-th chunk found in its turn.
+CITATION_RE = re.compile(r"\[ID:\s*(\d+)\]")
+#: Found chunks kept in the snapshot per turn.
+MAX_RETRIEVAL_CHUNKS = 32
 
 
 @dataclass
@@ -503,6 +508,73 @@ class Canvas:
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
             total[key] = int(total.get(key, 0)) + int(usage.get(key, 0) or 0)
 
+    # ------------------------------------------------------------------ references
+    def add_references(self, chunks: list[dict]) -> list[int]:
+        """Add chunks found this turn; returns the number each is cited by (``[ID:n]``).
+
+        A chunk found twice in one turn keeps its first number. The chunks are kept
+        with the turn (and, when it succeeds, in the snapshot's bounded ``retrieval``).
+        """
+        if self.turn is None:
+            return list(range(len(chunks)))
+        found = self.turn.setdefault("references", [])
+        numbers = []
+        for chunk in chunks:
+            cid = chunk.get("id")
+            known = next((i for i, c in enumerate(found) if cid and c.get("id") == cid), None)
+            if known is None:
+                found.append(_reference_chunk(chunk))
+                known = len(found) - 1
+            numbers.append(known)
+        return numbers
+
+    def turn_references(self) -> list[dict]:
+        """The chunks found so far in this turn, in citation-number order."""
+        return list((self.turn or {}).get("references") or [])
+
+    def cited_reference(self, answer: str) -> dict | None:
+        """``{chunks, doc_aggs}`` of exactly the chunks ``answer`` cites as ``[ID:n]``."""
+        found = self.turn_references()
+        if not found:
+            return None
+        cited: list[int] = []
+        for m in CITATION_RE.finditer(answer or ""):
+            n = int(m.group(1))
+            if n < len(found) and n not in cited:
+                cited.append(n)
+        if not cited:
+            return None
+        chunks = [found[n] for n in sorted(cited)]
+        aggs: dict[str, dict] = {}
+        for chunk in chunks:
+            agg = aggs.setdefault(
+                chunk.get("document_id") or "",
+                {
+                    "doc_name": chunk.get("document_name") or "",
+                    "doc_id": chunk.get("document_id") or "",
+                    "count": 0,
+                },
+            )
+            agg["count"] += 1
+        return {"chunks": chunks, "doc_aggs": list(aggs.values())}
+
+    def _keep_retrieval(self) -> None:
+        """The turn's found chunks into the snapshot's ``retrieval``, bounded like history."""
+        found = self.turn_references()
+        if not found:
+            return
+        if not isinstance(self.retrieval, list):
+            old = self.retrieval
+            self.retrieval = (
+                [old] if isinstance(old, dict) and (old.get("chunks") or old.get("doc_aggs")) else []
+            )
+        self.retrieval.append(
+            {"message_id": self.turn.get("message_id", ""), "chunks": found[:MAX_RETRIEVAL_CHUNKS]}
+        )
+        overflow = len(self.retrieval) - self.limits.retrieval_size
+        if overflow > 0:
+            del self.retrieval[:overflow]
+
     # ------------------------------------------------------------------ forms
     def pending_form(self) -> ComponentBase | None:
         """The form component the run is paused at, if any (detected by type)."""
@@ -860,6 +932,9 @@ class Canvas:
                 cpn.outputs = {}
                 cpn.data = {}
         end = {"content": answer}
+        reference = self.cited_reference(answer)
+        if reference is not None:
+            end["reference"] = reference
         if usage:
             end["usage"] = usage
         finished = {
@@ -869,6 +944,10 @@ class Canvas:
             "usage": usage,
         }
         events = [self._event("message_end", end), self._event("workflow_finished", finished)]
+        if reference is not None:
+            # ragflow-sdk reads it at the event's top level, current RAGFlow in ``data``: both.
+            events[0]["reference"] = reference
+        self._keep_retrieval()
         self.turn = None
         yield from events
 
@@ -913,6 +992,22 @@ class Canvas:
         for cid, cpn in self.components.items():
             if cid not in needed:
                 cpn.outputs = {}
+
+
+def _reference_chunk(chunk: dict) -> dict:
+    """A found chunk as ``reference.chunks`` lists it (RAGFlow's field names)."""
+    return {
+        "id": chunk.get("id") or chunk.get("chunk_id") or "",
+        "content": chunk.get("content") or "",
+        "document_id": chunk.get("document_id") or chunk.get("doc_id") or "",
+        "document_name": chunk.get("document_name") or chunk.get("docnm_kwd") or "",
+        "dataset_id": chunk.get("dataset_id") or chunk.get("kb_id") or "",
+        "image_id": chunk.get("image_id") or "",
+        "positions": chunk.get("positions") or [],
+        "similarity": chunk.get("similarity"),
+        "term_similarity": chunk.get("term_similarity"),
+        "vector_similarity": chunk.get("vector_similarity"),
+    }
 
 
 def _declared_variables(variables: Any) -> dict[str, dict]:

@@ -13,7 +13,8 @@ every backend sees the same terms and a query finds the same chunks on all of th
 * No stemming and no stop words: a query matches the words it contains.
 
 Scores are BM25 (k1 = 1.2, b = 0.75, Lucene's idf), computed by :func:`bm25` from
-the statistics the index reports, so the number does not depend on the backend.
+the statistics the index reports, so the number does not depend on the backend;
+:func:`bm25_reference` scales them to a similarity in [0, 1].
 Pure Python, no database: ``agent`` imports nothing from ``api``.
 """
 
@@ -93,11 +94,11 @@ def bm25(
     return score
 
 
-def bm25_ceiling(terms: Iterable[str], frequencies: dict[str, int], documents: int) -> float:
-    """What a document of average length holding each query term once scores, times ``K1 + 1``.
+def bm25_reference(terms: Iterable[str], frequencies: dict[str, int], documents: int) -> float:
+    """The score of a document of average length that holds each query term once.
 
-    Dividing a score by this gives a term similarity in [0, 1) that does not depend on
-    the other documents found: a document that holds every query term once, at
-    average length, scores ``1 / (K1 + 1)`` ≈ 0.45.
+    A score divided by this (capped at 1) is a term similarity that does not depend
+    on the other documents found, and reads like RAGFlow's: the share of the query's
+    weight the document covers. A document with every query term scores 1.
     """
-    return sum(idf(documents, frequencies.get(t, 0)) for t in terms) * (K1 + 1)
+    return sum(idf(documents, frequencies.get(t, 0)) for t in terms)

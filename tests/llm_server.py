@@ -17,6 +17,12 @@ next queued :class:`Reply`; with the queue empty the default rule answers:
 * a classification request (a system prompt listing ``Categories:`` as
   ``- name: ...`` lines, as the Categorize component writes it) gets the category
   whose name or examples share the most words with the user's message;
+* a request offering a retrieval tool (a function whose name has ``retrieval`` or
+  ``search``) that has no tool result yet gets a call of it with the user's message
+  as ``query``;
+* a request holding knowledge blocks (``ID: n`` … ``Content:``, as the Retrieval
+  component writes them, in any message) gets the first sentence of the block that
+  shares most words with the user's message, cited as ``[ID:n]``;
 * anything else gets ``"echo: <the last user message>"``.
 
 Usage numbers are word counts (prompt: all message contents; completion: the reply).
@@ -215,7 +221,36 @@ def default_reply(body: dict) -> Reply:
     category = pick_category(system, str(last_user))
     if category is not None:
         return text(category)
+    search = next(
+        (
+            (t.get("function") or {}).get("name")
+            for t in body.get("tools") or []
+            if re.search(r"retrieval|search", str((t.get("function") or {}).get("name")), re.I)
+        ),
+        None,
+    )
+    if search and not any(m.get("role") == "tool" for m in messages):
+        return tool_call(search, {"query": str(last_user)})
+    cited = cite_knowledge(messages, str(last_user))
+    if cited is not None:
+        return text(cited)
     return text(f"echo: {last_user}")
+
+
+_BLOCK = re.compile(r"ID: (\d+)\n(?:.*\n)*?└── Content:\n(.*?)(?=\n\nID: \d+\n|\Z)", re.S)
+
+
+def cite_knowledge(messages: list[dict], question: str) -> str | None:
+    """For a prompt with knowledge blocks, the best block's first sentence and its ``[ID:n]``."""
+    blocks = []
+    for m in messages:
+        blocks += _BLOCK.findall(str(m.get("content") or ""))
+    if not blocks:
+        return None
+    asked = set(re.findall(r"\w+", question.lower()))
+    number, content = max(blocks, key=lambda b: len(asked & set(re.findall(r"\w+", b[1].lower()))))
+    sentence = re.split(r"(?<=[.!?。])\s", content.strip(), maxsplit=1)[0].strip()
+    return f"{sentence} [ID:{number}]"
 
 
 def embedding_of(text: str) -> list[float]:

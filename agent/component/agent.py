@@ -14,8 +14,9 @@ sees of a tool, and how a call runs:
   (``parameters`` a JSON schema) describes itself; any other is offered with the
   spec's ``description`` (or its params' ``description``) and free-form arguments;
 * the call's arguments are passed as keyword arguments to the tool's ``invoke()``;
-* the result sent back to the model is the tool's ``content`` output, or else all its
-  outputs as JSON. A tool that fails sends back ``error: <message>`` so the model can
+* the result sent back to the model is what the tool's ``tool_result()`` gives, if it
+  has one (Retrieval: its knowledge blocks), else its ``content`` output, or else all
+  its outputs as JSON. A tool that fails sends back ``error: <message>`` so the model can
   recover; every call is listed in the Agent's ``tool_calls`` output.
 
 An Agent is itself usable as a tool (another Agent's): it takes ``user_prompt``,
@@ -127,6 +128,9 @@ class Agent(LLM):
         )
 
     # -- LLM hooks --------------------------------------------------------------------
+    def cites_knowledge(self) -> bool:
+        return super().cites_knowledge() or any(t.component_name == "Retrieval" for t in self._tools.values())
+
     def tool_specs(self) -> list[dict]:
         return list(self._tool_specs)
 
@@ -192,6 +196,8 @@ def _run_tool(tool: ComponentBase, arguments: dict) -> str:
     if chunks is not None:
         return "".join(chunks)
     outputs = tool.outputs
+    if callable(getattr(tool, "tool_result", None)) and not outputs.get("_ERROR"):
+        return tool.tool_result()
     if outputs.get("_ERROR"):
         return f"error: {outputs['_ERROR']}"
     content = outputs.get("content")

@@ -8,8 +8,9 @@ Params (RAGFlow's): ``llm_id`` (``model@provider``; empty: the default provider)
 ``presencePenaltyEnabled``, ``frequencyPenaltyEnabled``) is true, or, with no flag,
 when the value is not 0 — ``message_history_window_size`` (1–100, 20 when absent,
 0: no history), ``output_structure`` (a JSON schema; also read from RAGFlow's
-``outputs.structured``), ``cite`` (accepted; citations need retrieval, which this
-runtime does not do yet). Ours: ``history_source`` (``"node"``: the node's own
+``outputs.structured``), ``cite`` (true by default: when chunks were found in this
+turn — by a Retrieval component or tool — the system prompt asks the model to cite
+them as ``[ID:n]``, and ``message_end`` carries the cited chunks as ``reference``). Ours: ``history_source`` (``"node"``: the node's own
 exchanges, the default; ``"conversation"``: the session's queries and final
 answers) and ``memory_key`` (a template such as ``"{sys.user_id}"``: keep the node's
 memory under that key beyond the session, see :mod:`agent.memory`) and ``compaction``
@@ -59,6 +60,13 @@ _GEN_PARAMS = {
 }
 _RANGES = {"temperature": (0, 2), "top_p": (0, 1), "presence_penalty": (-2, 2), "frequency_penalty": (-2, 2)}
 _ROLES = ("user", "assistant", "system")
+CITATION_GUIDE = (
+    "Citations: the knowledge you are given comes in blocks that start with 'ID: n'. "
+    "When a sentence of your answer uses a block, end that sentence with its marker, "
+    "written exactly as [ID:n] (for example [ID:0]); several blocks give several markers. "
+    "Cite only IDs that appear in the blocks, never make one up, and do not cite "
+    "what the blocks do not say."
+)
 #: Tokens the turn's documents may take when the model's context size is unknown.
 FILES_BUDGET_UNKNOWN = 8000
 
@@ -197,7 +205,14 @@ class LLM(ComponentBase):
 
     # -- what subclasses change ---------------------------------------------------------
     def system_prompt(self) -> str:
-        return self.render(self._param.sys_prompt) if self._param.sys_prompt else ""
+        text = self.render(self._param.sys_prompt) if self._param.sys_prompt else ""
+        if self._param.cite and self.cites_knowledge():
+            text = f"{text}\n\n{CITATION_GUIDE}" if text else CITATION_GUIDE
+        return text
+
+    def cites_knowledge(self) -> bool:
+        """Whether the answer may draw on knowledge blocks (chunks found this turn)."""
+        return bool(self._canvas.turn_references())
 
     def prompt_messages(self, kwargs: dict) -> list[dict]:
         """The rendered ``prompts`` (the messages after the history)."""

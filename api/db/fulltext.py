@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from peewee import Database, fn
 
-from agent.search_tokens import bm25, bm25_ceiling, query_terms, tokenize
+from agent.search_tokens import bm25, bm25_reference, query_terms, tokenize
 from api.db.database import db, is_postgres, is_sqlite
 from api.db.models import FullTextEntry
 
@@ -48,7 +48,8 @@ BATCH = 500
 
 @dataclass(frozen=True)
 class Hit:
-    """A found item: its BM25 ``score`` and ``term_similarity`` (the score scaled to [0, 1))."""
+    """A found item: its BM25 ``score`` and ``term_similarity`` (the score scaled to [0, 1],
+    see :func:`agent.search_tokens.bm25_reference`)."""
 
     item_id: str
     group_id: str
@@ -110,14 +111,14 @@ class FullTextIndex:
         documents, total_length = backend.totals(self.scope, groups)
         frequencies = {t: backend.frequency(self.scope, groups, t) for t in terms}
         average = total_length / documents if documents else 1.0
-        ceiling = bm25_ceiling(terms, frequencies, documents) or 1.0
+        reference = bm25_reference(terms, frequencies, documents) or 1.0
         encoded = {backend.encode(t): t for t in terms}
         hits = []
         for item_id, group_id, length, stored in candidates:
             counts = Counter(encoded[w] for w in stored.split() if w in encoded)
             score = bm25(terms, counts, length, average, frequencies, documents)
             if score > 0:
-                hits.append(Hit(item_id, group_id, score, min(score / ceiling, 1.0)))
+                hits.append(Hit(item_id, group_id, score, min(score / reference, 1.0)))
         hits.sort(key=lambda h: (-h.score, h.item_id))
         return hits
 

@@ -14,7 +14,8 @@ from typing import Any
 from peewee import IntegrityError
 
 from agent.canvas import Canvas, Limits
-from api.db import Agent, AgentVersion, MemoryEntry, MessageLog, Session, now_ms, write_transaction
+from agent.component.retrieval import dataset_ids_in
+from api.db import Agent, AgentVersion, Dataset, MemoryEntry, MessageLog, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
 
 ORDER_FIELDS = ("create_time", "update_time", "title")
@@ -51,6 +52,16 @@ def check_dsl(dsl: Any, limits: Limits) -> tuple[str, Canvas]:
     return text, Canvas(text, limits=limits)
 
 
+def check_datasets(tenant_id: str, canvas: Canvas) -> None:
+    """Every dataset a Retrieval names (by id or name) must be the tenant's: else 404 naming it."""
+    for cid, name in dataset_ids_in(canvas):
+        owned = Dataset.select(Dataset.id).where(
+            (Dataset.tenant_id == tenant_id) & ((Dataset.id == name) | (Dataset.name == name))
+        )
+        if not owned.exists():
+            raise NotFound(f"{cid}: kb_ids names dataset {name!r}, which is not found")
+
+
 def check_title(title: Any) -> str:
     if not isinstance(title, str) or not title.strip():
         raise ArgumentError(f"'title' must be non-empty text, got {title!r}")
@@ -84,6 +95,7 @@ def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits:
     title = check_title(title)
     description = check_description(description)
     text, canvas = check_dsl(dsl, limits)
+    check_datasets(tenant_id, canvas)
     now = now_ms()
     try:
         with write_transaction():
@@ -117,6 +129,7 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
     text, warnings = None, []
     if body.get("dsl") is not None:
         text, canvas = check_dsl(body["dsl"], limits)
+        check_datasets(tenant_id, canvas)
         warnings = list(canvas.warnings)
     if not changes and text is None:
         raise ArgumentError("nothing to update: give 'title', 'description' and/or 'dsl'")

@@ -104,6 +104,26 @@ class Retriever:
             out.append(row.id)
         return list(dict.fromkeys(out))
 
+    def retrieve(
+        self,
+        kb_ids: list[str],
+        query: str,
+        *,
+        top_n: int = 8,
+        similarity_threshold: float = 0.2,
+        vector_similarity_weight: float = 0.3,
+        top_k: int = 1024,
+    ) -> dict:
+        """What the Retrieval component calls: ids or names of this tenant's datasets."""
+        return self.search(
+            self.resolve(kb_ids),
+            query,
+            page_size=top_n,
+            similarity_threshold=similarity_threshold,
+            vector_similarity_weight=vector_similarity_weight,
+            top_k=top_k,
+        )
+
     def search_request(self, body: dict) -> dict:
         """``POST /retrieval``: check the body as RAGFlow's API takes it, then :meth:`search`."""
         question = body.get("question")
@@ -169,6 +189,7 @@ class Retriever:
         model_ds = next((d for d in rows if d.embedding_model), None)
         hits = CHUNKS.search(dataset_ids, question, limit=top_k)
         term = {h.item_id: h.term_similarity for h in hits}
+        bm25_score = {h.item_id: h.score for h in hits}
         vector: dict[str, float] = {}
         weight = vector_similarity_weight if model_ds is not None else 0.0
         if model_ds is not None:
@@ -191,7 +212,8 @@ class Retriever:
         chunks = {c.id: c for c in _chunks(chosen)}
         if document_ids:
             chunks = {k: c for k, c in chunks.items() if c.document_id in set(document_ids)}
-        ranked = sorted(chunks, key=lambda cid: (-scores[cid], cid))
+        # Equal similarities (term similarity is capped at 1) keep BM25's order.
+        ranked = sorted(chunks, key=lambda cid: (-scores[cid], -bm25_score.get(cid, 0.0), cid))
         names = {
             d.id: d.name
             for d in Document.select(Document.id, Document.name).where(

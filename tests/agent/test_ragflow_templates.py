@@ -93,7 +93,12 @@ def test_each_template_loads_unchanged(name):
         pytest.xfail(f"{name} needs component type(s) not built yet: {', '.join(missing)}")
     export = template(name)
     canvas = Canvas(export)
-    assert canvas.warnings == WARNINGS.get(name, [])
+    # RAGFlow ships its Retrieval nodes with an empty kb_ids: each says so (a warning).
+    empty_kb = [
+        w for w in canvas.warnings if w.endswith("kb_ids is empty; it finds nothing until a dataset is set")
+    ]
+    assert not empty_kb or "Retrieval" in set().union(*USES[name])
+    assert [w for w in canvas.warnings if w not in empty_kb] == WARNINGS.get(name, [])
     # Loading changes nothing: the DSL written back is the template's.
     snapshot = canvas.to_dict()
     assert snapshot["components"] == export["dsl"]["components"]
