@@ -28,7 +28,6 @@ import copy
 import json
 import logging
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ from agent.errors import (
     UsageError,
 )
 from agent.forms import check_answers
+from agent.memo import BoundedMemo
 from agent.refs import Ref, descend, parse_ref, sole_ref
 from agent.stream import LazyText
 from agent.templates import check_template, render, render_stream, render_value
@@ -61,10 +61,10 @@ log = logging.getLogger("agentcanvas.canvas")
 
 SNAPSHOT_VERSION = 1
 # Components whose wiring, references and templates passed (see Canvas._validate):
-# key -> the load warnings. Insertion-ordered, the oldest dropped first.
-_VALIDATED: dict[str, tuple[str, ...]] = {}
-_VALIDATED_MAX = 256
-_VALIDATED_LOCK = threading.Lock()
+# key -> the load warnings.
+_VALIDATED = BoundedMemo(256)
+# (component class, params JSON) -> the references in those params.
+_REFERENCES = BoundedMemo(4096)
 REQUIRED_KEYS = ("components", "path", "history", "retrieval")
 DEFAULT_GLOBALS = {"sys.query": "", "sys.user_id": "", "sys.conversation_turns": 0, "sys.files": []}
 _RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "turn")
@@ -189,6 +189,7 @@ class Canvas:
 
         self.dsl = dsl
         self._refs: dict[str, list[Ref]] = {}
+        self._param_keys: dict[str, tuple] = {}
         self.components: dict[str, ComponentBase] = {}
         for cid, entry in components.items():
             self.components[cid] = self._build_component(cid, entry)
@@ -236,7 +237,13 @@ class Canvas:
         for key in ("downstream", "upstream"):
             if not isinstance(entry.get(key, []), list):
                 raise DSLError(f"{cid}: {key!r} must be a list of component ids")
-        param = checked_param(cls, params, cid, self.warnings)
+        try:
+            key = (cls, jsonio.dumps(params))
+        except (TypeError, ValueError):
+            key = None
+        param = checked_param(cls, params, cid, self.warnings, key=key)
+        if key is not None:
+            self._param_keys[cid] = key
         return cls(self, cid, param, entry)
 
     def _validate(self) -> None:
@@ -259,16 +266,20 @@ class Canvas:
         self._check_references()
         self._find_unreachable()
         if key is not None:
-            with _VALIDATED_LOCK:
-                if len(_VALIDATED) >= _VALIDATED_MAX:
-                    _VALIDATED.pop(next(iter(_VALIDATED)))
-                _VALIDATED[key] = tuple(self.warnings)
+            _VALIDATED.put(key, tuple(self.warnings))
 
     def references_of(self, cid: str) -> list[Ref]:
-        """The references in component ``cid``'s params (computed once per canvas)."""
+        """The references in component ``cid``'s params (worked out once per params, per process)."""
         refs = self._refs.get(cid)
         if refs is None:
-            refs = self._refs[cid] = self.components[cid].references()
+            cpn = self.components[cid]
+            key = self._param_keys.get(cid)
+            remembered = _REFERENCES.get(key) if key is not None else None
+            if remembered is None:
+                remembered = tuple(cpn.references())
+                if key is not None:
+                    _REFERENCES.put(key, remembered)
+            refs = self._refs[cid] = list(remembered)
         return refs
 
     def _check_wiring(self) -> None:

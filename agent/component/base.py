@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent import jsonio
 from agent.errors import Cancelled, ComponentError, DSLError, FormPause
+from agent.memo import BoundedMemo
 from agent.refs import Ref, find_refs, parse_ref
 
 if TYPE_CHECKING:
@@ -93,24 +94,45 @@ class ComponentParamBase:
             raise ValueError(f"{name} must be a {'non-empty ' if not allow_empty else ''}list, got {value!r}")
 
 
+# (component class, params JSON) -> (the checked params as JSON, their load warnings)
+_CHECKED = BoundedMemo(4096)
+
+
 def checked_param(
-    cls: type[ComponentBase], params: dict, label: str, warnings: list[str] | None = None
+    cls: type[ComponentBase],
+    params: dict,
+    label: str,
+    warnings: list[str] | None = None,
+    key: tuple | None = None,
 ) -> ComponentParamBase:
     """``cls``'s param object built from DSL ``params`` and validated.
 
     The warnings ``check()`` noted are added to ``warnings`` (each prefixed with
-    ``label``).
+    ``label``). With ``key`` (``(cls, the params as JSON)``), the outcome of the check
+    is remembered per process: the same params again (the same agent's next turn) get
+    a fresh copy of the checked values without running ``check()``. Params whose
+    checked values JSON cannot carry exactly are checked every time.
 
     Raises:
         DSLError: naming ``label`` (the component id) and what to fix.
     """
-    param = cls.param_class().update(params)
-    try:
-        param.check_common()
-        param.check()
-    except ValueError as e:
-        raise DSLError(f"{label}: {e}") from None
-    noted = param.__dict__.pop("_load_warnings", [])
+    hit = _CHECKED.get(key) if key is not None else None
+    if hit is not None:
+        param = cls.param_class.__new__(cls.param_class)
+        param.__dict__.update(jsonio.loads(hit[0]))
+        noted = hit[1]
+    else:
+        param = cls.param_class().update(params)
+        try:
+            param.check_common()
+            param.check()
+        except ValueError as e:
+            raise DSLError(f"{label}: {e}") from None
+        noted = tuple(param.__dict__.pop("_load_warnings", []))
+        if key is not None:
+            checked = jsonio.dumps(vars(param))
+            if jsonio.loads(checked) == vars(param):
+                _CHECKED.put(key, (checked, noted))
     if warnings is not None:
         warnings.extend(f"{label}: {w}" for w in noted)
     return param
