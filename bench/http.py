@@ -223,57 +223,15 @@ def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -
     return subject
 
 
-LANGGRAPH_GRAPH = """
-from typing import Annotated, TypedDict
-
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
-
-
-def bounded(old, new):
-    return (old + new)[-100:]
-
-
-class State(TypedDict, total=False):
-    history: Annotated[list, bounded]
-    query: str
-    form: dict
-
-
-def greet(state):
-    return {"history": [["user", state["query"]]]}
-
-
-def ask(state):
-    return {"form": interrupt({"fields": ["name", "age", "plan", "notes"]})}
-
-
-def reply(state):
-    return {"history": [["assistant", f"Thanks {state['form']['name']}"]]}
-
-
-builder = StateGraph(State)
-builder.add_node("greet", greet)
-builder.add_node("ask", ask)
-builder.add_node("reply", reply)
-builder.add_edge(START, "greet")
-builder.add_edge("greet", "ask")
-builder.add_edge("ask", "reply")
-builder.add_edge("reply", END)
-graph = builder.compile()
-"""
-
-
 def start_langgraph(workers: int, sessions: int, tmp: str) -> Subject | None:
     cli = os.path.join(BIN, "langgraph")
     if not os.path.exists(cli):
         return None
     folder = os.path.join(tmp, "langgraph")
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "intake.py"), "w", encoding="utf-8") as fh:
-        fh.write(LANGGRAPH_GRAPH)
+    shutil.copy(os.path.join(BENCH, "support", "intake_graph.py"), folder)
     with open(os.path.join(folder, "langgraph.json"), "w", encoding="utf-8") as fh:
-        json.dump({"dependencies": ["."], "graphs": {"intake": "./intake.py:graph"}}, fh)
+        json.dump({"dependencies": ["."], "graphs": {"intake": "./intake_graph.py:graph"}}, fh)
     subject = Subject("langgraph", free_port())
     env = {**os.environ, "N_JOBS_PER_WORKER": str(workers), "LANGGRAPH_RUNTIME_EDITION": "inmem"}
     subject.proc = subprocess.Popen(

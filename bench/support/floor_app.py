@@ -5,6 +5,8 @@ A bare Flask app served by the same gunicorn settings as ``agentcanvas serve``
 transaction with the same driver we use (sqlite3 / pymysql, no ORM): read the
 session's snapshot row, parse it, append the exchange to its bounded history, write
 it back where the version still matches, append two message rows, commit.
+:class:`Store` is also the in-process floor of ``bench/turns.py``, there with one
+or two commits per request (the second variant first takes a lease, as we do).
 
     python bench/support/floor_app.py --db URL --port P [--workers N] [--threads N]
     python bench/support/floor_app.py --db URL --seed SNAPSHOT_FILE --sessions N   # make the rows
@@ -27,7 +29,8 @@ import orjson  # noqa: E402
 from flask import Flask, jsonify, request  # noqa: E402
 
 SCHEMA = (
-    "CREATE TABLE floor_session (id VARCHAR(32) PRIMARY KEY, snapshot LONGTEXT NOT NULL, version BIGINT NOT NULL)",
+    "CREATE TABLE floor_session (id VARCHAR(32) PRIMARY KEY, snapshot LONGTEXT NOT NULL, version BIGINT NOT NULL, "
+    "lease_owner VARCHAR(64), lease_expires BIGINT NOT NULL DEFAULT 0)",
     "CREATE TABLE floor_message (id {autoid}, session_id VARCHAR(32) NOT NULL, role VARCHAR(16) NOT NULL, "
     "content LONGTEXT NOT NULL, create_time BIGINT NOT NULL)",
 )
@@ -36,7 +39,8 @@ SCHEMA = (
 class Store:
     """One connection per thread to the database ``url`` names (sqlite:/// or mysql://)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, synchronous: str = "normal"):
+        self.synchronous = synchronous
         parsed = urlparse(url)
         self.sqlite = parsed.scheme == "sqlite"
         self.mark = "?" if self.sqlite else "%s"
@@ -62,7 +66,7 @@ class Store:
                     self.connect_args["path"], isolation_level=None, check_same_thread=False, timeout=30
                 )
                 conn.execute("PRAGMA journal_mode=wal")
-                conn.execute("PRAGMA synchronous=normal")
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
                 conn.execute("PRAGMA busy_timeout=30000")
             else:
                 import pymysql
@@ -81,16 +85,30 @@ class Store:
         for statement in SCHEMA:
             cur.execute(statement.format(autoid=autoid))
         cur.executemany(
-            f"INSERT INTO floor_session VALUES ({self.mark}, {self.mark}, 1)",
+            f"INSERT INTO floor_session (id, snapshot, version) VALUES ({self.mark}, {self.mark}, 1)",
             [(f"s{i}", snapshot) for i in range(sessions)],
         )
         conn.commit()
 
-    def turn(self, session_id: str, user: str, assistant: str) -> int:
-        """The one transaction; returns the new version (0: the version moved meanwhile)."""
+    def turn(self, session_id: str, user: str, assistant: str, two_commits: bool = False) -> int:
+        """One request's transaction; returns the new version (0: busy or moved meanwhile).
+
+        With ``two_commits`` it first commits a lease (a conditional UPDATE of the
+        session row, as our claim does), then reads, writes and releases it.
+        """
         conn = self.conn()
         m = self.mark
         cur = conn.cursor()
+        now = int(time.time() * 1000)
+        if two_commits:
+            cur.execute(
+                f"UPDATE floor_session SET lease_owner={m}, lease_expires={m} "
+                f"WHERE id={m} AND (lease_owner IS NULL OR lease_expires < {m})",
+                ("floor", now + 30000, session_id, now),
+            )
+            conn.commit()
+            if cur.rowcount != 1:
+                return 0
         if self.sqlite:
             cur.execute("BEGIN IMMEDIATE")
         try:
@@ -104,13 +122,13 @@ class Store:
             history.extend([["user", user], ["assistant", assistant]])
             del history[:-100]  # bounded, as our snapshot
             cur.execute(
-                f"UPDATE floor_session SET snapshot={m}, version=version+1 WHERE id={m} AND version={m}",
+                f"UPDATE floor_session SET snapshot={m}, version=version+1, lease_owner=NULL, lease_expires=0 "
+                f"WHERE id={m} AND version={m}",
                 (orjson.dumps(snapshot).decode(), session_id, version),
             )
             if cur.rowcount != 1:
                 conn.rollback()
                 return 0
-            now = int(time.time() * 1000)
             cur.executemany(
                 f"INSERT INTO floor_message (session_id, role, content, create_time) VALUES ({m}, {m}, {m}, {m})",
                 [(session_id, "user", user, now), (session_id, "assistant", assistant, now)],
