@@ -36,7 +36,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent import files as agent_files
-from agent import jsonio
+from agent import jsonio, telemetry
 from agent.component import ComponentBase, component_class, component_names
 from agent.component.base import checked_param
 from agent.errors import (
@@ -804,7 +804,8 @@ class Canvas:
                 t0 = time.monotonic()
                 yield self._event("node_started", self._node_data(cpn, t0))
                 try:
-                    yield from self._invoke(cpn, started)
+                    with telemetry.node_span(cid, cpn.component_name):
+                        yield from self._invoke(cpn, started)
                 except FormPause:
                     self.path = self.path[i:]
                     yield self._pause(cpn)

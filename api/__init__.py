@@ -18,6 +18,7 @@ from api import config as app_config
 from api.blueprints import register_all
 from api.db import db, init_database
 from api.errors import TooLarge, reply_for
+from api.telemetry import configure_tracing_once
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
@@ -32,6 +33,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.json.ensure_ascii = False
 
     init_database(app.config["DATABASE_URL"], int(app.config["DB_MAX_CONNECTIONS"]))
+    configure_tracing_once()
 
     # Imported here: the turn service needs the configured app.
     from api.services.turns import TurnService

@@ -181,6 +181,12 @@ def run_gunicorn(
     """
     from gunicorn.app.base import BaseApplication
 
+    from api import telemetry
+
+    log_format = str((load_settings().get("log") or {}).get("format") or "json")
+    telemetry.configure_logging(log_format)
+    telemetry.prepare_multiprocess()
+
     class Server(BaseApplication):
         def load_config(self) -> None:
             options = {
@@ -193,6 +199,9 @@ def run_gunicorn(
                 "graceful_timeout": 30,
                 "accesslog": access_log_target(),
                 "errorlog": "-",
+                # JSON lines like the app's (AGENTCANVAS_LOG_FORMAT=text for plain), tokens masked.
+                "logger_class": telemetry.gunicorn_logger_class(log_format),
+                "child_exit": lambda _server, worker: telemetry.worker_exited(worker.pid),
             }
             if "control_socket_disable" in self.cfg.settings:
                 # gunicorn ≥ 25 opens a control socket at one fixed path per user, so a

@@ -15,6 +15,7 @@ from peewee import PeeweeException
 from werkzeug.exceptions import HTTPException
 
 from agent import errors as agent_errors
+from api.telemetry import metrics
 
 log = logging.getLogger("agentcanvas.api")
 
@@ -120,6 +121,7 @@ def turn_failure_status(status: str, error_type: str | None) -> tuple[int, int]:
 
 def reply_for(exc: BaseException) -> tuple[dict, int]:
     """The envelope and HTTP status answering ``exc``."""
+    _count(exc)
     if isinstance(exc, ApiError):
         return envelope(exc.code, exc.message, exc.data), exc.status
     if isinstance(exc, agent_errors.InputError):
@@ -135,6 +137,14 @@ def reply_for(exc: BaseException) -> tuple[dict, int]:
         return envelope(EXCEPTION_ERROR, f"database error: {exc}; the request was not completed"), 500
     log.exception("unexpected error")
     return envelope(EXCEPTION_ERROR, f"internal error ({type(exc).__name__}); see the server log"), 500
+
+
+def _count(exc: BaseException) -> None:
+    """The metrics of answers worth watching: busy sessions and database errors."""
+    if isinstance(exc, Busy):
+        metrics().busy.inc()
+    elif isinstance(exc, PeeweeException):
+        metrics().db_errors.labels("request").inc()
 
 
 def _http_reply(exc: HTTPException) -> tuple[dict, int]:

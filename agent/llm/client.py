@@ -31,6 +31,7 @@ from typing import Any
 
 import openai
 
+from agent import telemetry
 from agent.errors import LLMError, LLMTimeout
 from agent.llm.config import ModelConfig
 
@@ -102,6 +103,16 @@ class ChatClient:
     def complete(self, messages: list[dict], **options: Any) -> ChatResult:
         """One whole answer. ``options``: ``tools``, ``tool_choice``, ``response_format``,
         ``temperature``, ``top_p``, ``max_tokens``, ``presence_penalty``, ``frequency_penalty``."""
+        call = telemetry.llm_call(self.config.provider, self.config.model, streamed=False)
+        try:
+            result = self._complete(messages, **options)
+        except BaseException as e:
+            call.finish(error=e)
+            raise
+        call.finish(usage=result.usage)
+        return result
+
+    def _complete(self, messages: list[dict], **options: Any) -> ChatResult:
         response = self._create(messages, stream=False, **options)
         try:
             choice = response.choices[0]
@@ -123,8 +134,13 @@ class ChatClient:
     def stream(self, messages: list[dict], **options: Any) -> ChatStream:
         """Start a streamed answer. Connecting (and its retries) happens here, so an HTTP
         error raises now; errors while reading raise from the iteration."""
-        raw = self._create(messages, stream=True, stream_options={"include_usage": True}, **options)
-        return ChatStream(raw, self)
+        call = telemetry.llm_call(self.config.provider, self.config.model, streamed=True)
+        try:
+            raw = self._create(messages, stream=True, stream_options={"include_usage": True}, **options)
+        except BaseException as e:
+            call.finish(error=e)
+            raise
+        return ChatStream(raw, self, call)
 
     # ------------------------------------------------------------------ plumbing
     def embed(self, texts: list[str]) -> list[list[float]]:
@@ -221,9 +237,10 @@ class ChatStream:
     (requested with ``stream_options.include_usage``).
     """
 
-    def __init__(self, raw: Any, client: ChatClient):
+    def __init__(self, raw: Any, client: ChatClient, call: telemetry.LLMCall | None = None):
         self._raw = raw
         self._client = client
+        self._call = call
         self._parts: list[str] = []
         self._calls: dict[int, ToolCall] = {}
         self._usage: dict[str, int] | None = None
@@ -231,6 +248,20 @@ class ChatStream:
         self.result: ChatResult | None = None
 
     def __iter__(self) -> Iterator[str]:
+        try:
+            yield from self._read()
+        except GeneratorExit:  # the reader stopped early: not the provider's error
+            if self._call is not None:
+                self._call.finish(usage=self._usage)
+            raise
+        except BaseException as e:
+            if self._call is not None:
+                self._call.finish(usage=self._usage, error=e)
+            raise
+        if self._call is not None:
+            self._call.finish(usage=self._usage)
+
+    def _read(self) -> Iterator[str]:
         try:
             for chunk in self._raw:
                 if getattr(chunk, "usage", None):

@@ -43,6 +43,7 @@ from api.errors import ArgumentError
 from api.services import datasets
 from api.services.datasets import CHUNKS, KnowledgeLimits
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
+from api.telemetry import metrics
 
 log = logging.getLogger("agentcanvas.parsing")
 
@@ -369,6 +370,7 @@ class ParseWorkers:
             if hit != 1:
                 raise TaskStopped()
             _recount([document_id])
+        metrics().parse_tasks.labels("done").inc()
 
     def _fail(self, doc: Document, owner: str, message: str, drop_chunks: bool = False) -> None:
         message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
@@ -389,6 +391,8 @@ class ParseWorkers:
             if hit == 1 and drop_chunks:
                 datasets.delete_chunks_of([doc.id], parsed_only=True)
                 _recount([doc.id])
+        if hit == 1:
+            metrics().parse_tasks.labels("failed").inc()
 
 
 def parse_workers_for(app) -> ParseWorkers:  # noqa: ANN001 - a Flask app

@@ -43,6 +43,7 @@ from peewee import PeeweeException
 
 from agent.canvas import Canvas
 from agent.errors import SnapshotTooLarge
+from api import telemetry
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.prepared import Prepared
@@ -500,6 +501,13 @@ class TurnService:
         self, turn: Turn, canvas: Canvas, events: Iterator[dict], claim: _Claim, req: TurnRequest
     ) -> None:
         """The worker: run the canvas, commit, then release the ending events."""
+        with telemetry.observe_turn(claim.session_id, turn.task_id, req.agent_id) as seen:
+            self._run_and_commit(turn, canvas, events, claim, req)
+            seen["outcome"] = _outcome(turn.result)
+
+    def _run_and_commit(
+        self, turn: Turn, canvas: Canvas, events: Iterator[dict], claim: _Claim, req: TurnRequest
+    ) -> None:
         held: list[dict] = []
         parts: list[str] = []
         try:
@@ -671,6 +679,15 @@ class TurnService:
             .execute()
         )
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
+
+
+def _outcome(result: TurnResult | None) -> str:
+    """The metrics' name for how a turn ended."""
+    if result is None:
+        return "failed"
+    if result.error_type == "TurnNotSaved":
+        return "not_saved"
+    return result.status
 
 
 def _memory_store(req: TurnRequest, taken_back: tuple[str, int] | None = None) -> DatabaseMemoryStore:

@@ -1,0 +1,313 @@
+"""Operating the server: Prometheus metrics, JSON logs without tokens, OpenTelemetry traces.
+
+**Metrics** (:func:`metrics`, served at ``/metrics``) are ``prometheus_client``
+objects made on first use. Under gunicorn every worker is a process of its own, so
+``agentcanvas serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a fresh folder before the
+workers start (:func:`prepare_multiprocess`); each worker then writes its counts
+there and ``/metrics``, whichever worker answers, adds them all up. Without that
+variable (tests, ``--dev``) the counts are this process's. ``prometheus_client`` must
+not be imported before the variable is set, hence the lazy import.
+
+**Logs** (:func:`configure_logging`): one JSON object per line with ``time``,
+``level``, ``logger``, ``message``, and ``task_id`` / ``session_id`` while a turn runs
+(:func:`log_context`), plus ``trace_id`` when tracing. Every line, gunicorn's
+included, passes :func:`scrub`, which masks API and embed tokens and bearer
+credentials, so no token reaches a log.
+
+**Traces**: ``AGENTCANVAS_TRACES_EXPORTER`` (``console`` or ``otlp``; or the standard
+``OTEL_TRACES_EXPORTER``) installs an SDK tracer provider (:func:`configure_tracing`);
+each turn is then a ``turn`` span holding a span per node and per LLM call (see
+:mod:`agent.telemetry`). Unset, tracing costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from agent import telemetry as agent_telemetry
+
+log = logging.getLogger("agentcanvas.turns")
+_metrics: Metrics | None = None
+_metrics_lock = threading.Lock()
+
+
+class Metrics:
+    """The server's metrics (names start with ``agentcanvas_``)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.turns = Counter(
+            "agentcanvas_turns_total",
+            "Turns by how they ended: succeeded, paused, failed, cancelled, not_saved",
+            ["outcome"],
+        )
+        self.turn_seconds = Histogram(
+            "agentcanvas_turn_seconds",
+            "Turn duration from the claim to the end of the commit, by outcome",
+            ["outcome"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+        )
+        self.busy = Counter("agentcanvas_busy_total", "Requests answered 409: the session is busy")
+        self.leases = Gauge(
+            "agentcanvas_leases_held", "Session leases held by running turns", multiprocess_mode="livesum"
+        )
+        self.parse_tasks = Counter(
+            "agentcanvas_parse_tasks_total",
+            "Document parse tasks by how they ended: done, failed",
+            ["outcome"],
+        )
+        self.llm_tokens = Counter(
+            "agentcanvas_llm_tokens_total", "LLM tokens used: prompt, completion", ["kind"]
+        )
+        self.llm_calls = Counter("agentcanvas_llm_calls_total", "LLM calls by provider", ["provider"])
+        self.llm_errors = Counter(
+            "agentcanvas_llm_errors_total", "LLM calls that failed, by error type", ["provider", "error_type"]
+        )
+        self.db_errors = Counter(
+            "agentcanvas_db_errors_total", "Database errors, by where they were met", ["where"]
+        )
+        self.rate_limited = Counter(
+            "agentcanvas_rate_limited_total", "Requests answered 429 by a rate limit, by scope", ["scope"]
+        )
+        agent_telemetry.observe_llm_calls(self._llm_call)
+
+    def _llm_call(self, provider: str, model: str, usage: dict | None, error: BaseException | None) -> None:
+        provider = provider or "default"
+        self.llm_calls.labels(provider).inc()
+        if usage:
+            self.llm_tokens.labels("prompt").inc(int(usage.get("prompt_tokens") or 0))
+            self.llm_tokens.labels("completion").inc(int(usage.get("completion_tokens") or 0))
+        if error is not None:
+            self.llm_errors.labels(provider, type(error).__name__).inc()
+
+
+def metrics() -> Metrics:
+    """This process's metrics (made on first use)."""
+    global _metrics
+    if _metrics is None:
+        with _metrics_lock:
+            if _metrics is None:
+                _metrics = Metrics()
+    return _metrics
+
+
+def render_metrics() -> tuple[bytes, str]:
+    """``(body, content type)`` of ``/metrics``: every worker's counts when under gunicorn."""
+    metrics()
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def prepare_multiprocess() -> str:
+    """Before gunicorn forks: a fresh folder for the workers' metric files; its path.
+
+    An operator's ``PROMETHEUS_MULTIPROC_DIR`` is used as given (it should be emptied
+    between runs, as prometheus_client says); otherwise a temporary folder is made and
+    removed when the server exits.
+    """
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        return given
+    folder = tempfile.mkdtemp(prefix="agentcanvas-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    import atexit
+
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def worker_exited(pid: int) -> None:
+    """gunicorn's ``child_exit``: a dead worker's live gauges stop counting."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
+# ---------------------------------------------------------------------- turns
+@contextlib.contextmanager
+def observe_turn(session_id: str, task_id: str, agent_id: str) -> Iterator[dict]:
+    """Around a turn from claim to commit: its span, its log context, its metrics.
+
+    The caller puts the outcome (``succeeded``, ``paused``, ``failed``,
+    ``cancelled``, ``not_saved``) into the yielded dict's ``"outcome"``.
+    """
+    m = metrics()
+    m.leases.inc()
+    started = time.monotonic()
+    seen: dict[str, Any] = {"outcome": "failed"}
+    attributes = {
+        "agentcanvas.session_id": session_id,
+        "agentcanvas.task_id": task_id,
+        "agentcanvas.agent_id": agent_id,
+    }
+    try:
+        with (
+            agent_telemetry.tracer.start_as_current_span("turn", attributes=attributes) as span,
+            log_context(task_id=task_id, session_id=session_id),
+        ):
+            yield seen
+            span.set_attribute("agentcanvas.outcome", seen["outcome"])
+            seconds = time.monotonic() - started
+            log.info("turn %s in %.3f s", seen["outcome"], seconds)
+    finally:
+        m.leases.dec()
+        m.turns.labels(seen["outcome"]).inc()
+        m.turn_seconds.labels(seen["outcome"]).observe(time.monotonic() - started)
+
+
+# ---------------------------------------------------------------------- logs
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "agentcanvas_log_context", default=None
+)
+
+# API and embed tokens (api.services.tokens), and whatever follows "Bearer".
+_SECRETS = re.compile(r"\b(?:acembed|ac)-[A-Za-z0-9_\-]{16,}|(?i:bearer)\s+[^\s\"',;]+")
+
+
+def scrub(text: str) -> str:
+    """``text`` with every token and bearer credential replaced by ``***``."""
+    return _SECRETS.sub(lambda m: "Bearer ***" if m.group(0)[:6].lower() == "bearer" else "***", text)
+
+
+@contextlib.contextmanager
+def log_context(**fields: str) -> Iterator[None]:
+    """Add ``fields`` (``task_id``, ``session_id``) to every log line of this thread meanwhile."""
+    token = _context.set({**(_context.get() or {}), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, tokens scrubbed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "message": scrub(record.getMessage()),
+        }
+        line.update(_context.get() or {})
+        line.update(agent_telemetry.current_trace_ids())
+        if record.exc_info:
+            line["exception"] = scrub(self.formatException(record.exc_info))
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+    converter = time.gmtime
+
+
+class ScrubbingFormatter(logging.Formatter):
+    """The plain text format, tokens scrubbed."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return scrub(super().format(record))
+
+
+def formatter(kind: str) -> logging.Formatter:
+    if kind == "text":
+        return ScrubbingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return JsonFormatter()
+
+
+def configure_logging(kind: str = "json", level: str = "INFO") -> None:
+    """Send the ``agentcanvas`` loggers to standard error, one line per record (``json``
+    or ``text``), tokens scrubbed. For server processes; a library user keeps theirs."""
+    if kind not in ("json", "text"):
+        raise ValueError(f"log format {kind!r} is not json or text (setting log.format)")
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter(kind))
+    logger = logging.getLogger("agentcanvas")
+    for old in list(logger.handlers):
+        logger.removeHandler(old)
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def gunicorn_logger_class(kind: str) -> type:
+    """A gunicorn logger whose error and access lines use our format (and are scrubbed)."""
+    from gunicorn.glogging import Logger
+
+    class AgentcanvasGunicornLogger(Logger):
+        def setup(self, cfg: Any) -> None:
+            super().setup(cfg)
+            for log in (self.error_log, self.access_log):
+                for handler in log.handlers:
+                    handler.setFormatter(formatter(kind))
+
+    return AgentcanvasGunicornLogger
+
+
+# ---------------------------------------------------------------------- traces
+_tracing_configured = False
+
+
+def configure_tracing_once() -> None:
+    """:func:`configure_tracing` from the environment, the first time a process asks
+    (``create_app``: in each gunicorn worker, after the fork)."""
+    global _tracing_configured
+    if not _tracing_configured:
+        _tracing_configured = True
+        configure_tracing()
+
+
+def configure_tracing(exporter: str | None = None) -> bool:
+    """Install an SDK tracer provider exporting to ``exporter`` (``console`` or ``otlp``;
+    default from ``AGENTCANVAS_TRACES_EXPORTER`` / ``OTEL_TRACES_EXPORTER``). Returns
+    whether tracing is on. Once per process; ``none`` or empty leaves it off."""
+    name = (
+        exporter
+        or os.environ.get("AGENTCANVAS_TRACES_EXPORTER")
+        or os.environ.get("OTEL_TRACES_EXPORTER")
+        or ""
+    ).lower()
+    if name in ("", "none"):
+        return False
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    if name == "console":
+        span_exporter = ConsoleSpanExporter()
+    elif name == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise ValueError(
+                "traces exporter 'otlp' needs opentelemetry-exporter-otlp-proto-http: "
+                "pip install 'agentcanvas[otlp]'"
+            ) from None
+        span_exporter = OTLPSpanExporter()  # endpoint from OTEL_EXPORTER_OTLP_* variables
+    else:
+        raise ValueError(
+            f"traces exporter {name!r} is not console, otlp or none (AGENTCANVAS_TRACES_EXPORTER)"
+        )
+    provider = TracerProvider(resource=Resource.create({"service.name": "agentcanvas"}))
+    provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    trace.set_tracer_provider(provider)
+    return True

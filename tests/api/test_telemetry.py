@@ -1,0 +1,107 @@
+"""Health, metrics and traces in one process (the several-worker case is in tests/e2e/test_telemetry.py)."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+
+from api.db import bind_database, open_database
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token
+from tests.api.test_turns import _gate_agent, _rest, _start_stream
+from tests.llm_server import LLMServer
+
+
+def sample(client, name: str, **labels: str) -> float:
+    """The value of metric sample ``name`` with ``labels`` in ``/metrics`` (0 when absent)."""
+    text = client.get("/metrics").get_data(as_text=True)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def test_healthz_and_readyz(app):
+    client = app.test_client()
+    assert client.get("/healthz").json == {"status": "ok"}
+    assert client.get("/readyz").json == {"status": "ok", "database": "ok"}
+
+
+def test_readyz_answers_503_while_the_database_is_unreachable(app):
+    client = app.test_client()
+    # The parse threads must not be using a connection of the pool closed here.
+    app.extensions["agentcanvas.parsing"].stop()
+    bind_database(open_database("mysql://root@127.0.0.1:1/agentcanvas"))  # nothing listens there
+    reply = client.get("/readyz")
+    assert reply.status_code == 503 and reply.headers["Retry-After"]
+    assert reply.json == {"status": "unavailable", "database": "not reachable"}
+    assert client.get("/healthz").status_code == 200
+
+
+def test_metrics_count_turns_by_outcome_busy_answers_and_leases(api: Api):
+    client = api.client
+    before = sample(client, "agentcanvas_turns_total", outcome="succeeded")
+    seconds_before = sample(client, "agentcanvas_turn_seconds_count", outcome="succeeded")
+    busy_before = sample(client, "agentcanvas_busy_total")
+    agent_id = api.create_agent(echo_dsl())
+    for i in range(3):
+        assert api.ask(agent_id, None, f"q{i}").status_code == 200
+    assert sample(client, "agentcanvas_turns_total", outcome="succeeded") == before + 3
+    assert sample(client, "agentcanvas_turn_seconds_count", outcome="succeeded") == seconds_before + 3
+
+    gate = api.app.config["SERVICES"]["gate"]
+    gated = _gate_agent(api)
+    session_id = api.create_session(gated)
+    _, chunks, _ = _start_stream(api, gated, session_id)
+    assert sample(client, "agentcanvas_leases_held") >= 1
+    assert api.ask(gated, session_id, "me too").status_code == 409
+    assert sample(client, "agentcanvas_busy_total") == busy_before + 1
+    gate.set()
+    _rest(chunks)
+    api.app.extensions["agentcanvas.turns"].wait_idle(30)
+    assert sample(client, "agentcanvas_leases_held") == 0
+
+
+@pytest.fixture(scope="module")
+def spans() -> InMemorySpanExporter:
+    """Finished spans of this process, as an exporter configured by the operator would get them."""
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+def test_a_turn_is_a_trace_with_a_span_per_node_and_per_llm_call(app_factory, spans):
+    with LLMServer() as llm:
+        app = app_factory(SETTINGS={"llm": llm.settings(max_retries=0)})
+        api = Api(app, make_token(app))
+        agent_id = api.create_agent(
+            dsl_of(
+                {
+                    "LLM:Chat": ("LLM", {"sys_prompt": "Be brief."}, ["Message:Out"]),
+                    "Message:Out": ("Message", {"content": ["{LLM:Chat@content}"]}, []),
+                }
+            )
+        )
+        spans.clear()
+        tokens_before = sample(api.client, "agentcanvas_llm_tokens_total", kind="prompt")
+        reply = api.ask(agent_id, None, "hello")
+        assert reply.status_code == 200, reply.json
+    finished = spans.get_finished_spans()
+    turn = next(s for s in finished if s.name == "turn")
+    assert turn.attributes["agentcanvas.session_id"] == reply.json["data"]["session_id"]
+    assert turn.attributes["agentcanvas.outcome"] == "succeeded"
+    in_turn = [s for s in finished if s.context.trace_id == turn.context.trace_id]
+    by_name = {s.name: s for s in in_turn}
+    assert {"node begin", "node LLM:Chat", "node Message:Out", "llm.chat"} <= set(by_name)
+    assert by_name["node LLM:Chat"].parent.span_id == turn.context.span_id
+    assert by_name["llm.chat"].parent.span_id == by_name["node LLM:Chat"].context.span_id
+    assert by_name["llm.chat"].attributes["gen_ai.usage.input_tokens"] > 0
+    assert sample(api.client, "agentcanvas_llm_tokens_total", kind="prompt") > tokens_before
