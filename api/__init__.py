@@ -65,13 +65,16 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 def _start_knowledge_bases(app: Flask) -> None:
     """The ``datasets`` settings and this process's parse threads (see api.services.parsing)."""
     from api.services.datasets import KnowledgeLimits
+    from api.services.files import FileSettings
     from api.services.parsing import ParseWorkers
     from api.services.retrieval import embedder
 
     settings = app.config.get("SETTINGS") or {}
-    limits = KnowledgeLimits.from_settings(
-        {"datasets": {**(settings.get("datasets") or {}), **app.config.get("DATASETS", {})}}
-    )
+    # One size limit per file for every upload (limits.max_file_bytes), unless datasets set their own.
+    section = {"max_file_bytes": FileSettings.from_config(app.config).max_file_bytes}
+    section.update(settings.get("datasets") or {})
+    section.update(app.config.get("DATASETS") or {})
+    limits = KnowledgeLimits.from_settings({"datasets": section})
     app.extensions["agentcanvas.knowledge_limits"] = limits
     workers = ParseWorkers(
         limits,

@@ -112,6 +112,15 @@ def _create_knowledge_bases(database: Database) -> None:
     fulltext.create_schema(database)
 
 
+def _move_document_pieces(database: Database) -> None:
+    if "document_piece" not in database.get_tables():
+        return
+    database.execute_sql(
+        "INSERT INTO file_piece (file_id, part, seq, data) SELECT document_id, 'data', seq, data FROM document_piece"
+    )
+    database.execute_sql("DROP TABLE document_piece")
+
+
 def _create_upload_files(database: Database) -> None:
     UploadFile.create_table(safe=True)
     FilePiece.create_table(safe=True)
@@ -130,6 +139,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         "kept session snapshots, session trash, worker leases, agent.session_ttl_seconds, memory turns",
         _add_history_and_retention,
     ),
+    (8, "documents keep their bytes as file pieces; document_piece dropped", _move_document_pieces),
 ]
 
 

@@ -286,7 +286,8 @@ class Document(BaseModel):
     ``run`` is RAGFlow's state: ``UNSTART``, ``RUNNING`` (queued or being parsed),
     ``CANCEL``, ``DONE``, ``FAIL``. While ``RUNNING`` the row is a task that any worker
     may claim with the lease columns (:mod:`api.services.leases`); ``cancel_requested``
-    stops it wherever it runs. The original bytes are kept as :class:`DocumentPiece` rows.
+    stops it wherever it runs. The original bytes are kept as :class:`FilePiece` rows
+    (``file_id`` = the document id, ``part`` = ``data``).
     """
 
     id = CharField(primary_key=True, max_length=32, default=new_id)
@@ -318,7 +319,8 @@ class Document(BaseModel):
 
 
 class DocumentPiece(BaseModel):
-    """A piece of a document's original bytes (pieces fit MySQL's ``max_allowed_packet``)."""
+    """Where migration 4 kept documents' bytes; migration 8 moved them to :class:`FilePiece`
+    and dropped the table. Kept only so that migration 4 runs as it shipped."""
 
     id = BigAutoField()
     document_id = CharField(max_length=32)
@@ -433,7 +435,6 @@ ALL_MODELS = (
     WorkerLease,
     Dataset,
     Document,
-    DocumentPiece,
     Chunk,
     FullTextEntry,
     UploadFile,

@@ -23,9 +23,10 @@ from peewee import IntegrityError, fn
 
 from agent import docparse
 from agent.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_DELIMITER, MAX_CHUNK_TOKENS, token_count
-from api.db import Chunk, Dataset, Document, DocumentPiece, new_id, now_ms, write_transaction
+from api.db import Chunk, Dataset, Document, FilePiece, new_id, now_ms, write_transaction
 from api.db.fulltext import FullTextIndex
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
+from api.services import files as file_store
 
 #: The full-text scope of dataset chunks (groups are dataset ids).
 CHUNKS = FullTextIndex("chunk")
@@ -438,25 +439,15 @@ def upload_documents(
                 create_time=now,
                 update_time=now,
             )
-            _store_bytes(doc.id, data)
+            file_store.write_pieces(doc.id, "data", data, PIECE_BYTES)
             docs.append(doc)
         Dataset.update(update_time=now).where(Dataset.id == ds.id).execute()
     return docs
 
 
-def _store_bytes(document_id: str, data: bytes) -> None:
-    rows = [
-        {"document_id": document_id, "seq": i, "data": data[start : start + PIECE_BYTES]}
-        for i, start in enumerate(range(0, len(data), PIECE_BYTES))
-    ]
-    for row in rows:
-        DocumentPiece.insert(row).execute()
-
-
 def document_bytes(document_id: str) -> bytes:
-    """The original bytes of a document."""
-    pieces = DocumentPiece.select(DocumentPiece.data).where(DocumentPiece.document_id == document_id)
-    return b"".join(bytes(p.data) for p in pieces.order_by(DocumentPiece.seq))
+    """The original bytes of a document (kept as file pieces, see :mod:`api.services.files`)."""
+    return file_store.read_pieces(document_id, "data")
 
 
 def list_documents(
@@ -557,7 +548,7 @@ def _delete_document_rows(doc_ids: list[str]) -> None:
     for start in range(0, len(doc_ids), 200):
         part = doc_ids[start : start + 200]
         delete_chunks_of(part)
-        DocumentPiece.delete().where(DocumentPiece.document_id.in_(part)).execute()
+        FilePiece.delete().where(FilePiece.file_id.in_(part)).execute()
         Document.delete().where(Document.id.in_(part)).execute()
 
 

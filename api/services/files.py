@@ -194,8 +194,8 @@ def _store(
             for row, c in zip(rows, checked, strict=True):
                 row.save(force_insert=True)
                 if settings.store == "database":
-                    _write_pieces(row.id, "data", c.stream.read(), settings.piece_bytes)
-                    _write_pieces(row.id, "text", c.text.encode("utf-8"), settings.piece_bytes)
+                    write_pieces(row.id, "data", c.stream.read(), settings.piece_bytes)
+                    write_pieces(row.id, "text", c.text.encode("utf-8"), settings.piece_bytes)
     except BaseException:
         for path in written:
             path.unlink(missing_ok=True)
@@ -203,7 +203,8 @@ def _store(
     return [descriptor(row) for row in rows]
 
 
-def _write_pieces(file_id: str, part: str, data: bytes, piece_bytes: int) -> None:
+def write_pieces(file_id: str, part: str, data: bytes, piece_bytes: int) -> None:
+    """Store ``data`` as ``FilePiece`` rows of ``file_id`` (also a dataset document's bytes)."""
     # One INSERT per piece: each statement stays under the server's packet limit.
     for seq, start in enumerate(range(0, len(data), piece_bytes)):
         FilePiece.insert(
@@ -256,9 +257,14 @@ def read_part(row: UploadFile, part: str, settings: FileSettings | None = None) 
         if settings is None or not settings.directory:
             raise RuntimeError(f"file {row.id!r} is in a directory store, and files.directory is not set")
         return _paths(settings, row)[part].read_bytes()
+    return read_pieces(row.id, part)
+
+
+def read_pieces(file_id: str, part: str) -> bytes:
+    """The bytes :func:`write_pieces` stored."""
     pieces = (
         FilePiece.select(FilePiece.data)
-        .where((FilePiece.file_id == row.id) & (FilePiece.part == part))
+        .where((FilePiece.file_id == file_id) & (FilePiece.part == part))
         .order_by(FilePiece.seq)
         .tuples()
     )
