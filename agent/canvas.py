@@ -39,6 +39,7 @@ from agent import files as agent_files
 from agent import jsonio, telemetry
 from agent.component import ComponentBase, component_class, component_names
 from agent.component.base import checked_param
+from agent.deadline import Deadline, unlimited
 from agent.errors import (
     Cancelled,
     CanvasError,
@@ -130,8 +131,12 @@ class Canvas:
             ``"memory_store"``); the runtime itself needs none.
 
     Attributes:
-        cancel_check: a callable the run loop asks between components and between
-            streamed chunks; returning true cancels the run.
+        cancel_check: a callable that says whether the run was cancelled; the run
+            loop and every wait in a turn ask it (through ``deadline``).
+        deadline: while a turn runs, its :class:`~agent.deadline.Deadline`
+            (``max_seconds`` and the cancel flag); every component's waits obey it.
+        sleep: how retries wait; by default ``deadline.sleep`` (wakes for a cancel,
+            stops at the deadline). Tests may replace it.
         warnings: load-time warnings (e.g. unreachable components).
     """
 
@@ -144,7 +149,8 @@ class Canvas:
         self._files_as_names = False
         #: The form answers the last ``run()`` accepted, converted to their types.
         self.accepted_inputs: dict = {}
-        self.sleep: Callable[[float], None] = time.sleep
+        self.deadline: Deadline = unlimited()
+        self.sleep: Callable[[float], None] = lambda seconds: self.deadline.sleep(seconds)
         self.warnings: list[str] = []
         self._load(dsl)
 
@@ -782,6 +788,7 @@ class Canvas:
         self._started_late: dict[str, float] = {}
         self.accepted_inputs = dict(accepted)
         started = time.monotonic()
+        self.deadline = Deadline(self.limits.max_seconds, cancelled=self._cancel_requested)
         self.memory_writes = {}
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
@@ -854,25 +861,18 @@ class Canvas:
         }
 
     def _invoke(self, cpn: ComponentBase, started: float) -> Iterator[dict]:
-        """Run one component, streaming its chunks; a stream that fails before its
-        first chunk is retried like any failure, after that ``exception_method`` applies."""
-        attempts = int(cpn._param.max_retries or 0) + 1
-        for attempt in range(attempts):
-            chunks = cpn.invoke()
-            if chunks is None:
-                return
-            parts: list[str] = []
-            try:
-                yield from self._stream(cpn, chunks, started, parts)
-                return
-            except (Cancelled, LimitError, FormPause):
-                raise
-            except Exception as e:  # noqa: BLE001 - handed to the component's policy
-                if not parts and attempt + 1 < attempts and getattr(e, "retryable", True):
-                    self.sleep(float(cpn._param.delay_after_error or 0))
-                    continue
-                cpn.handle_failure(e)
-                return
+        """Run one component, streaming its chunks. Retries happen inside
+        ``cpn.invoke()`` (the one retry loop); a stream that fails after its first
+        chunk goes to the component's ``exception_method``."""
+        chunks = cpn.invoke()
+        if chunks is None:
+            return
+        try:
+            yield from self._stream(cpn, chunks, started, [])
+        except (Cancelled, LimitError, FormPause):
+            raise
+        except Exception as e:  # noqa: BLE001 - handed to the component's policy
+            cpn.handle_failure(e)
 
     def _stream(
         self, cpn: ComponentBase, chunks: Iterator[str], started: float, parts: list[str]
@@ -881,8 +881,7 @@ class Canvas:
         for chunk in chunks:
             if not chunk:
                 continue
-            self._check_cancel()
-            self._check_time(started)
+            self.deadline.check()
             if first and self.turn["answer"]:
                 # Separate the answers of two Message components within one turn.
                 self.turn["answer"] += "\n\n"
@@ -907,17 +906,11 @@ class Canvas:
                 self.path.append(nid)
                 pending.add(nid)
 
-    def _check_cancel(self) -> None:
-        if self.cancel_check is not None and self.cancel_check():
-            raise Cancelled()
-
-    def _check_time(self, started: float) -> None:
-        if time.monotonic() - started > self.limits.max_seconds:
-            raise LimitError(f"the turn ran longer than {self.limits.max_seconds:g} s (limit max_seconds)")
+    def _cancel_requested(self) -> bool:
+        return self.cancel_check is not None and bool(self.cancel_check())
 
     def _check_limits(self, started: float, steps: int) -> None:
-        self._check_cancel()
-        self._check_time(started)
+        self.deadline.check()
         if steps >= self.limits.max_steps:
             raise LimitError(
                 f"the turn ran {steps} components, the limit is {self.limits.max_steps} (max_steps); "

@@ -49,8 +49,24 @@ class LimitError(CanvasError):
     """A configured limit (steps, wall time, snapshot size, value size) was exceeded."""
 
 
+class DeadlineExceeded(LimitError):
+    """The turn's wall-clock budget (``max_seconds``) is spent (see :mod:`agent.deadline`)."""
+
+
 class SnapshotTooLarge(LimitError):
     """The serialized snapshot is over the configured cap."""
+
+
+class ComponentTimeout(ComponentError):
+    """A component's own time budget (its ``timeout``) is spent (see :mod:`agent.deadline`).
+
+    Attributes:
+        seconds: the budget that was spent.
+    """
+
+    def __init__(self, message: str, seconds: float | None = None):
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class LLMError(ComponentError):

@@ -32,7 +32,7 @@ from typing import Any
 from agent.component import component_class, register
 from agent.component.base import ComponentBase, checked_param
 from agent.component.llm import LLM, LLMParam
-from agent.errors import Cancelled, DSLError, FormPause
+from agent.errors import Cancelled, DSLError, FormPause, LimitError
 from agent.llm.client import ToolCall, tool_arguments
 from agent.refs import to_text
 from agent.stream import LazyText
@@ -160,7 +160,7 @@ class Agent(LLM):
         else:
             try:
                 result = _run_tool(tool, tool_arguments(call))
-            except (Cancelled, FormPause):
+            except (Cancelled, FormPause, LimitError):
                 raise
             except Exception as e:  # noqa: BLE001 - the model is told and may recover
                 result = f"error: {e}"

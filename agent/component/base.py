@@ -8,11 +8,12 @@ previous outputs, retries, ``exception_method`` handling and timing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent import jsonio
-from agent.errors import Cancelled, ComponentError, DSLError, FormPause
+from agent.errors import Cancelled, ComponentError, DSLError, FormPause, LimitError
 from agent.memo import BoundedMemo
 from agent.refs import Ref, find_refs, parse_ref
 
@@ -217,8 +218,15 @@ class ComponentBase:
     def invoke(self, **kwargs: Any) -> Iterator[str] | None:
         """Run once: retries, ``exception_method`` and timing around ``_invoke``.
 
-        Returns what ``_invoke`` returns: ``None``, or an iterator of text chunks the
-        canvas streams as ``message`` events.
+        The one retry loop (``max_retries`` more attempts, ``delay_after_error`` apart,
+        waiting through ``canvas.sleep``, which obeys the turn's deadline and cancel).
+        When ``_invoke`` returns a stream its first chunk is read here, so a stream that
+        fails before showing anything is retried like any failure; once a chunk was
+        shown, a failure goes to :meth:`handle_failure` (the canvas calls it).
+
+        Returns ``None``, or an iterator of text chunks the canvas streams as
+        ``message`` events. An LLM client's own retries of HTTP 429/5xx are a separate
+        layer below this one (see :mod:`agent.llm.client`).
         """
         self.outputs = {}
         self.inputs_seen = {}
@@ -228,8 +236,9 @@ class ComponentBase:
         attempts = int(self._param.max_retries or 0) + 1
         for attempt in range(attempts):
             try:
-                return self._invoke(**kwargs)
-            except (FormPause, Cancelled):
+                chunks = self._invoke(**kwargs)
+                return None if chunks is None else _started(chunks)
+            except (FormPause, Cancelled, LimitError):
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is handled below
                 if attempt + 1 < attempts and getattr(e, "retryable", True):
@@ -294,6 +303,15 @@ class ComponentBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
+
+
+def _started(chunks: Iterator[str]) -> Iterator[str]:
+    """``chunks`` with its first non-empty chunk already read (errors before it raise now)."""
+    chunks = iter(chunks)
+    for chunk in chunks:
+        if chunk:
+            return itertools.chain((chunk,), chunks)
+    return iter(())
 
 
 def _bare_refs(value: Any) -> list[Ref]:

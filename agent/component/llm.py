@@ -40,7 +40,7 @@ from typing import Any
 from agent import compaction
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.errors import Cancelled, ComponentError, LLMError
+from agent.errors import ComponentError, LLMError
 from agent.files import documents_for_prompt, image_parts, is_file_list, is_image
 from agent.llm.client import ChatClient, ChatResult, ChatStream, ToolCall
 from agent.llm.config import ModelConfig, resolve_model
@@ -264,7 +264,7 @@ class LLM(ComponentBase):
             prompt_tokens += file_tokens
         window = int(self._param.message_history_window_size)
         budget = history_budget(model.context_size, options.get("max_tokens", 0), prompt_tokens)
-        client = ChatClient(model, who=self.id, sleep=self._canvas.sleep)
+        client = ChatClient(model, who=self.id, sleep=self._canvas.sleep, deadline=self._canvas.deadline)
         usage: dict[str, int] = {}
         summary_limit = compaction.parse_setting(self._param.compaction)
         compacted = None
@@ -444,9 +444,7 @@ class LLM(ComponentBase):
                 compaction.clear_old_tool_results(messages, context)
 
     def _check_cancel(self) -> None:
-        check = self._canvas.cancel_check
-        if check is not None and check():
-            raise Cancelled()
+        self._canvas.deadline.check()
 
     def _record_usage(self, usage: dict) -> None:
         self.usage = dict(usage)

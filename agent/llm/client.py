@@ -17,12 +17,23 @@ loop is switched off because its backoff is fixed (0.5 s to 8 s) and sleeps with
 ``time.sleep``: ours is configurable and sleeps through the injected ``sleep`` (the
 canvas's), so tests need not wait. Timeouts are not retried: each retry would cost
 the whole timeout again. A stream that fails after its first chunk is not retried
-either: part of the answer has already been shown.
+either: part of the answer has already been shown. This layer is separate from, and
+below, a component's ``max_retries`` (:meth:`agent.component.base.ComponentBase.invoke`):
+an LLM node with ``max_retries=2`` and ``llm.max_retries=1`` may send up to 3 × 2 requests.
+
+Deadlines: every call obeys the ``deadline`` given (the turn's, see
+:mod:`agent.deadline`). The request and its headers must come within
+``timeout_seconds`` and a stream may pause at most that long between chunks; the
+turn's ``max_seconds`` and a cancel stop it wherever it is, within a fraction of a
+second. The ``openai`` client's blocking waits cannot be sliced, so they run in a
+helper thread (:func:`agent.deadline.call`, :func:`agent.deadline.iterate`) that is
+abandoned — its connection closed — when the turn's wait ends first.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,8 +42,10 @@ from typing import Any
 
 import openai
 
+from agent import deadline as deadlines
 from agent import telemetry
-from agent.errors import LLMError, LLMTimeout
+from agent.deadline import Deadline
+from agent.errors import Cancelled, ComponentTimeout, LimitError, LLMError, LLMTimeout
 from agent.llm.config import ModelConfig
 
 # Servers that want no key still get an Authorization header from the openai client.
@@ -92,12 +105,25 @@ class ChatClient:
         config: the model (from :func:`agent.llm.config.resolve_model`).
         who: the node id, put at the start of every error message.
         sleep: how to wait between retries (``canvas.sleep``, replaceable in tests).
+        deadline: the turn's deadline and cancel (``canvas.deadline``); none by default.
     """
 
-    def __init__(self, config: ModelConfig, *, who: str = "", sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        who: str = "",
+        sleep: Callable[[float], None] = time.sleep,
+        deadline: Deadline | None = None,
+    ):
         self.config = config
         self.who = who
         self.sleep = sleep
+        self.deadline = deadline or deadlines.unlimited()
+
+    def _wait(self) -> Deadline:
+        """The deadline of one wait: the turn's, narrowed to ``timeout_seconds``."""
+        return self.deadline.within(self.config.timeout_seconds or None, "llm.timeout_seconds")
 
     # ------------------------------------------------------------------ calls
     def complete(self, messages: list[dict], **options: Any) -> ChatResult:
@@ -147,7 +173,9 @@ class ChatClient:
         """One vector per text from the provider's embeddings endpoint (one request)."""
         if not texts:
             return []
-        response = self._with_retries(lambda c: c.embeddings.create(model=self.config.model, input=texts))
+        response = self._with_retries(
+            lambda c, limits: c.embeddings.create(model=self.config.model, input=texts, **limits)
+        )
         try:
             rows = sorted(response.data, key=lambda d: d.index)
             vectors = [list(map(float, d.embedding)) for d in rows]
@@ -160,16 +188,30 @@ class ChatClient:
     def _create(self, messages: list[dict], **kwargs: Any) -> Any:
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         return self._with_retries(
-            lambda c: c.chat.completions.create(model=self.config.model, messages=messages, **kwargs)
+            lambda c, limits: c.chat.completions.create(
+                model=self.config.model, messages=messages, **kwargs, **limits
+            )
         )
 
-    def _with_retries(self, call: Callable[[openai.OpenAI], Any]) -> Any:
-        """``call(client)``, retried on HTTP 429 and 5xx; errors translated to ``LLMError``."""
+    def _with_retries(self, call: Callable[[openai.OpenAI, dict], Any]) -> Any:
+        """``call(client, limits)``, retried on HTTP 429 and 5xx; errors translated to ``LLMError``.
+
+        ``limits`` holds the request's ``timeout``: the time left, so that the helper
+        thread (see the module docstring) ends soon after an abandoned wait.
+        """
         client = _openai_client(self.config)
         attempt = 0
         while True:
+            wait = self._wait()
+            wait.check()
+            left = min(self.config.timeout_seconds or math.inf, wait.remaining())
+            limits = {} if left == math.inf else {"timeout": max(left, 0.001)}
             try:
-                return call(client)
+                return deadlines.call(wait, lambda limits=limits: call(client, limits))
+            except (Cancelled, LimitError):
+                raise
+            except ComponentTimeout as e:
+                raise self.translate(e) from None
             except openai.APIStatusError as e:
                 status = e.status_code
                 if (status == 429 or status >= 500) and attempt < self.config.max_retries:
@@ -214,7 +256,7 @@ class ChatClient:
         """An ``openai`` (or transport) exception as an :class:`LLMError`/:class:`LLMTimeout`."""
         if isinstance(e, LLMError):
             return e
-        if isinstance(e, openai.APITimeoutError) or _is_timeout(e):
+        if isinstance(e, (openai.APITimeoutError, ComponentTimeout)) or _is_timeout(e):
             return self._error(
                 LLMTimeout,
                 f"did not answer within {self.config.timeout_seconds:g} s (llm.timeout_seconds)",
@@ -263,7 +305,14 @@ class ChatStream:
 
     def _read(self) -> Iterator[str]:
         try:
-            for chunk in self._raw:
+            client = self._client
+            for chunk in deadlines.iterate(
+                client.deadline,
+                iter(self._raw),
+                abandon=self.close,
+                idle_seconds=client.config.timeout_seconds or None,
+                idle_limit="llm.timeout_seconds",
+            ):
                 if getattr(chunk, "usage", None):
                     self._usage = _usage(chunk.usage)
                 for choice in chunk.choices or ():
@@ -277,7 +326,9 @@ class ChatStream:
                     if delta.content:
                         self._parts.append(delta.content)
                         yield delta.content
-        except (openai.OpenAIError, OSError) as e:
+        except (Cancelled, LimitError):
+            raise
+        except (openai.OpenAIError, OSError, ComponentTimeout) as e:
             raise self._client.translate(e) from None
         except Exception as e:
             if _is_timeout(e) or type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):

@@ -296,6 +296,15 @@ def test_a_server_that_does_not_answer_in_time_fails_with_a_timeout(server):
         ("0.0.0.0", "unspecified"),
         ("224.0.0.1", "multicast"),
         ("2130706433", "loopback"),  # 127.0.0.1 written as one number
+        # IANA special-purpose ranges that is_private/is_global do not all catch
+        ("[fec0::1]", "site-local"),
+        ("192.0.0.8", "IETF protocol assignments"),
+        ("100.64.0.1", "shared address space"),
+        ("198.18.0.1", "benchmarking"),
+        ("[2001:db8::1]", "documentation"),
+        ("[64:ff9b::7f00:1]", "loopback (embedded IPv4 127.0.0.1)"),
+        ("[2002:7f00:1::]", "loopback (embedded IPv4 127.0.0.1)"),
+        ("[fd00::1]", "unique-local"),
     ],
 )
 def test_non_public_addresses_are_refused_before_any_connection(server, connects, host, reason):
