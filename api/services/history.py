@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 
 from api.db import MemoryEntry, MessageLog, SessionSnapshot, now_ms
+from api.db.prepared import Prepared
 from api.errors import Conflict
 
 
@@ -70,17 +71,26 @@ def last_request(session_id: str, round_no: int) -> dict:
     return {"query": row.content, "inputs": meta.get("inputs") or None, "files": meta.get("files") or None}
 
 
+# Every turn runs these two: compiled once per database (api.db.prepared).
+_KEEP_SNAPSHOT = Prepared(
+    lambda m: SessionSnapshot.insert(
+        session_id=m("session_id"), round=m("round"), snapshot=m("snapshot"), create_time=m("now")
+    )
+)
+_DROP_OLD_SNAPSHOTS = Prepared(
+    lambda m: SessionSnapshot.delete().where(
+        (SessionSnapshot.session_id == m("session_id")) & (SessionSnapshot.round <= m("oldest_dropped"))
+    )
+)
+
+
 def keep_before_turn(session_id: str, round_no: int, snapshot: str, keep: int) -> None:
     """Keep ``snapshot`` (the state after ``round_no`` turns) and drop the rows past ``keep``."""
     if keep <= 0:
         return
-    SessionSnapshot.insert(
-        session_id=session_id, round=round_no, snapshot=snapshot, create_time=now_ms()
-    ).execute()
+    _KEEP_SNAPSHOT.execute(session_id=session_id, round=round_no, snapshot=snapshot, now=now_ms())
     if round_no >= keep:
-        SessionSnapshot.delete().where(
-            (SessionSnapshot.session_id == session_id) & (SessionSnapshot.round <= round_no - keep)
-        ).execute()
+        _DROP_OLD_SNAPSHOTS.execute(session_id=session_id, oldest_dropped=round_no - keep)
 
 
 def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:
