@@ -17,7 +17,8 @@ from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
 from api.db import db, init_database
-from api.errors import TooLarge, reply_for
+from api.errors import ApiError, TooLarge, reply_for
+from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
 
 
@@ -39,6 +40,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     from api.services.turns import TurnService
 
     app.extensions["agentcanvas.turns"] = TurnService(app.config)
+    app.extensions["agentcanvas.ratelimit"] = Limiter.from_settings(app.config.get("SETTINGS") or {})
     _start_knowledge_bases(app)
 
     @app.teardown_appcontext
@@ -56,7 +58,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         elif isinstance(exc, HTTPException) and exc.code and exc.code < 400:
             return exc
         body, status = reply_for(exc)
-        return body, status
+        return body, status, (getattr(exc, "headers", None) or {}) if isinstance(exc, ApiError) else {}
 
     register_all(app)
     return app

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from flask import g, request
 
+from api import ratelimit
 from api.errors import AuthError
-from api.services.tokens import tenant_for_token
+from api.services.tokens import hash_token, tenant_for_token
 
 
 def bearer_token() -> str | None:
@@ -25,7 +26,8 @@ def bearer_token() -> str | None:
 
 
 def require_api_token() -> None:
-    """``before_request`` hook: refuse the request unless it carries a valid API token."""
+    """``before_request`` hook: refuse the request unless it carries a valid API token
+    (and the token is within ``AGENTCANVAS_RATE_LIMIT_API``)."""
     token = bearer_token()
     if not token:
         raise AuthError(
@@ -36,3 +38,4 @@ def require_api_token() -> None:
     if tenant is None:
         raise AuthError("the API token is not valid (revoked, mistyped, or an embed token)")
     g.tenant_id = tenant
+    ratelimit.hit("api", hash_token(token)[:32])

@@ -69,6 +69,16 @@ class AuthError(ApiError):
     code, status = AUTHENTICATION_ERROR, 401
 
 
+class RateLimited(ApiError):
+    """Over a rate limit (api.ratelimit): HTTP 429 with ``Retry-After``."""
+
+    code, status = OPERATING_ERROR, 429
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message, {"retry_after": retry_after})
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class TooLarge(ApiError):
     code, status = ARGUMENT_ERROR, 413
 

@@ -22,6 +22,7 @@ from typing import Any
 from flask import Blueprint, Response, g, render_template, request
 from flask.typing import ResponseReturnValue
 
+from api import ratelimit
 from api.auth import bearer_token, require_api_token
 from api.blueprints.completions import blocking_reply, sse_reply, turn_request
 from api.blueprints.files import allow_upload_body, upload_reply
@@ -30,7 +31,7 @@ from api.errors import ArgumentError, AuthError, TooLarge
 from api.http import flag, json_body, ok, tenant_id, transcript_page_args
 from api.services import embed
 from api.services.agents import get_agent
-from api.services.tokens import create_token, tenant_for_token
+from api.services.tokens import create_token, hash_token, tenant_for_token
 from api.services.turns import TurnRequest, turn_service
 
 bp = Blueprint("embed", __name__)
@@ -147,6 +148,7 @@ def bot_inputs(agent_id: str) -> ResponseReturnValue:
 def bot_completions(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     end_user = embed.check_end_user(body.get("user_id"))
+    _count_visitor(agent_id, end_user)
     req = turn_request(agent_id, body, invoke_from="embed")
     req.end_user = end_user
     # An anonymous visitor's message and files are bounded like one form value, not
@@ -165,6 +167,7 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     """The page's "Regenerate": the end user's last answer asked for again."""
     body = json_body()
     end_user = embed.check_end_user(body.get("user_id"))
+    _count_visitor(agent_id, end_user)
     req = TurnRequest(
         tenant_id=tenant_id(),
         agent_id=agent_id,
@@ -174,6 +177,12 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     )
     stream = flag(body.get("stream"), "stream", default=True)
     return _bot_reply(embed.EndUserTurn(turn_service().regenerate(req, inline=not stream)), stream)
+
+
+def _count_visitor(agent_id: str, end_user: str) -> None:
+    """One request of this embed token's visitor against the embed rate limit (429 when over)."""
+    agent = get_agent(tenant_id(), agent_id)
+    ratelimit.hit("embed", f"{hash_token(bearer_token() or '')[:16]}:{end_user}", agent)
 
 
 def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:

@@ -42,6 +42,7 @@ from api.db.models import (
     FilePiece,
     MemoryEntry,
     MessageLog,
+    RateLimitCounter,
     SchemaVersion,
     Session,
     SessionSnapshot,
@@ -126,6 +127,11 @@ def _create_upload_files(database: Database) -> None:
     FilePiece.create_table(safe=True)
 
 
+def _add_rate_limits(database: Database) -> None:
+    RateLimitCounter.create_table(safe=True)
+    _add_columns(database, Agent._meta.table_name, {"rate_limits": TextField(null=True)})
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -140,6 +146,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _add_history_and_retention,
     ),
     (8, "documents keep their bytes as file pieces; document_piece dropped", _move_document_pieces),
+    (9, "rate_limit_counter, agent.rate_limits: rate limits shared by the workers", _add_rate_limits),
 ]
 
 

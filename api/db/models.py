@@ -97,6 +97,8 @@ class Agent(BaseModel):
     # How long this agent's idle sessions live, in seconds (0: forever); None follows the
     # server's session.ttl_seconds (see api.services.retention).
     session_ttl_seconds = BigIntegerField(null=True)
+    # The agent's own rate limits, JSON {"embed": "10/second", "webhook": ...} (api.ratelimit).
+    rate_limits = TextField(null=True)
     create_time = BigIntegerField(default=now_ms)
     update_time = BigIntegerField(default=now_ms)
 
@@ -421,6 +423,14 @@ class FilePiece(BaseModel):
         indexes = ((("file_id", "part", "seq"), True),)
 
 
+class RateLimitCounter(BaseModel):
+    """A fixed-window request count shared by every worker (see :mod:`api.ratelimit`)."""
+
+    key = CharField(primary_key=True, max_length=255)
+    count = BigIntegerField(default=0)
+    expires_at = BigIntegerField(index=True)
+
+
 ALL_MODELS = (
     SchemaVersion,
     Tenant,
@@ -439,4 +449,5 @@ ALL_MODELS = (
     FullTextEntry,
     UploadFile,
     FilePiece,
+    RateLimitCounter,
 )

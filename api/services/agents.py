@@ -15,6 +15,7 @@ from peewee import IntegrityError
 
 from agent.canvas import Canvas, Limits
 from agent.component.retrieval import dataset_ids_in
+from api import ratelimit
 from api.db import Agent, AgentVersion, Dataset, MemoryEntry, MessageLog, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
 
@@ -126,13 +127,19 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
         changes["title"] = check_title(body["title"])
     if body.get("description") is not None:
         changes["description"] = check_description(body["description"])
+    if "rate_limits" in body:
+        try:
+            own = ratelimit.check_agent_limits(body["rate_limits"])
+        except ValueError as exc:
+            raise ArgumentError(str(exc)) from None
+        changes["rate_limits"] = json.dumps(own) if own else None
     text, warnings = None, []
     if body.get("dsl") is not None:
         text, canvas = check_dsl(body["dsl"], limits)
         check_datasets(tenant_id, canvas)
         warnings = list(canvas.warnings)
     if not changes and text is None:
-        raise ArgumentError("nothing to update: give 'title', 'description' and/or 'dsl'")
+        raise ArgumentError("nothing to update: give 'title', 'description', 'dsl' and/or 'rate_limits'")
     now = now_ms()
     try:
         with write_transaction():
@@ -238,6 +245,7 @@ def agent_json(agent: Agent, with_dsl: bool = True) -> dict:
         "update_time": agent.update_time,
         "update_date": date_of(agent.update_time),
     }
+    out["rate_limits"] = ratelimit.agent_limits(agent)
     if with_dsl:
         out["dsl"] = json.loads(agent.dsl)
     # Set by create and update: what the DSL loads with but will fail on if it runs.
