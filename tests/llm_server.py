@@ -21,8 +21,8 @@ next queued :class:`Reply`; with the queue empty the default rule answers:
   ``search``) that has no tool result yet gets a call of it with the user's message
   as ``query``;
 * a request holding knowledge blocks (``ID: n`` … ``Content:``, as the Retrieval
-  component writes them, in any message) gets the first sentence of the block that
-  shares most words with the user's message, cited as ``[ID:n]``;
+  component writes them, in any message) gets the sentence (or line) of the block
+  that shares most words with the user's message, cited as ``[ID:n]``;
 * anything else gets ``"echo: <the last user message>"``.
 
 Usage numbers are word counts (prompt: all message contents; completion: the reply).
@@ -248,8 +248,13 @@ def cite_knowledge(messages: list[dict], question: str) -> str | None:
     if not blocks:
         return None
     asked = set(re.findall(r"\w+", question.lower()))
-    number, content = max(blocks, key=lambda b: len(asked & set(re.findall(r"\w+", b[1].lower()))))
-    sentence = re.split(r"(?<=[.!?。])\s", content.strip(), maxsplit=1)[0].strip()
+
+    def overlap(text: str) -> int:
+        return len(asked & set(re.findall(r"\w+", text.lower())))
+
+    number, content = max(blocks, key=lambda b: overlap(b[1]))
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?。])\s+|\n+", content) if s.strip()]
+    sentence = max(sentences, key=overlap) if sentences else content.strip()
     return f"{sentence} [ID:{number}]"
 
 

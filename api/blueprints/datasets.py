@@ -28,8 +28,13 @@ def _embed():  # noqa: ANN202
     return embedder(_llm_settings(), _limits().embedding_batch)
 
 
-def _ids(body: dict, name: str = "ids"):  # noqa: ANN202
-    return body.get(name), flag(body.get("delete_all"), "delete_all")
+def _ids(body: dict, name: str = "ids") -> tuple[list | None, bool]:
+    """``(ids, delete_all)``: ``{"ids": null}`` without ``delete_all`` means all (ragflow-sdk 0.22)."""
+    ids = body.get(name)
+    delete_all = flag(body.get("delete_all"), "delete_all")
+    if ids is None and name in body and "delete_all" not in body:
+        delete_all = True
+    return ids, delete_all
 
 
 # ---------------------------------------------------------------------- datasets
@@ -170,13 +175,8 @@ def update_chunk(dataset_id: str, document_id: str, chunk_id: str) -> ResponseRe
 @bp.delete("/datasets/<dataset_id>/documents/<document_id>/chunks")
 def delete_chunks(dataset_id: str, document_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
-    removed = datasets.delete_chunks(
-        tenant_id(),
-        dataset_id,
-        document_id,
-        body.get("chunk_ids"),
-        flag(body.get("delete_all"), "delete_all"),
-    )
+    ids, delete_all = _ids(body, "chunk_ids")
+    removed = datasets.delete_chunks(tenant_id(), dataset_id, document_id, ids, delete_all)
     return ok({"success_count": removed})
 
 

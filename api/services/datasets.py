@@ -361,7 +361,7 @@ def delete_datasets(tenant_id: str, ids: Any, delete_all: bool = False) -> int:
     if delete_all:
         ids = [d.id for d in Dataset.select(Dataset.id).where(Dataset.tenant_id == tenant_id)]
     elif ids is None:
-        raise ArgumentError("give 'ids' (a list of dataset ids) or 'delete_all': true")
+        return 0
     else:
         ids = check_dataset_ids(tenant_id, ids, "ids")
     if not ids:
@@ -517,9 +517,10 @@ def update_document(tenant_id: str, dataset_id: str, document_id: str, body: dic
 def delete_documents(tenant_id: str, dataset_id: str, ids: Any, delete_all: bool = False) -> int:
     """Delete documents with their bytes, chunks and index entries; all named must exist."""
     ds = get_dataset(tenant_id, dataset_id)
-    if delete_all or ids is None:
-        # RAGFlow 0.22 sends ids=None to mean "all of them".
+    if delete_all:
         ids = [d.id for d in Document.select(Document.id).where(Document.dataset_id == ds.id)]
+    elif ids is None:
+        return 0
     else:
         ids = _check_document_ids(ds, ids, "ids")
     with write_transaction():
@@ -692,8 +693,10 @@ def delete_chunks(
     tenant_id: str, dataset_id: str, document_id: str, ids: Any, delete_all: bool = False
 ) -> int:
     doc = get_document(tenant_id, dataset_id, document_id)
-    if delete_all or ids is None:
+    if delete_all:
         ids = [c.id for c in Chunk.select(Chunk.id).where(Chunk.document_id == doc.id)]
+    elif ids is None:
+        return 0
     else:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise ArgumentError(f"'chunk_ids' must be a list of chunk ids, got {ids!r}")

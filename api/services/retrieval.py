@@ -126,6 +126,15 @@ class Retriever:
 
     def search_request(self, body: dict) -> dict:
         """``POST /retrieval``: check the body as RAGFlow's API takes it, then :meth:`search`."""
+        for name, what in (
+            ("rerank_id", "a rerank model"),
+            ("use_kg", "knowledge graphs"),
+            ("toc_enhance", "table-of-contents search"),
+            ("cross_languages", "query translation"),
+            ("metadata_condition", "document metadata filters"),
+        ):
+            if body.get(name):
+                raise ArgumentError(f"{name!r} ({what}) is not supported by this server; leave it empty")
         question = body.get("question")
         if not isinstance(question, str) or not question.strip():
             raise ArgumentError("'question' is required: the text to search for")
