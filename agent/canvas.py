@@ -488,15 +488,15 @@ class Canvas:
         return var.get("type") if isinstance(var, dict) else None
 
     def render(self, template: Any) -> str:
-        return render(template, self._text_value)
+        return render(template, self._text_value, self.deadline)
 
     def render_value(self, template: Any) -> Any:
         if isinstance(template, str) and sole_ref(template) is not None:
             return render_value(template, self.get_value)
-        return render_value(template, self._text_value)
+        return render_value(template, self._text_value, self.deadline)
 
     def render_stream(self, template: Any) -> Iterator[str]:
-        return render_stream(template, self._text_value)
+        return render_stream(template, self._text_value, self.deadline)
 
     def _text_value(self, ref: Ref) -> Any:
         """A value as it reads inside text: files (a ``file`` field, ``sys.files``) read

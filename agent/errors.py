@@ -69,6 +69,13 @@ class ComponentTimeout(ComponentError):
         self.seconds = seconds
 
 
+class TemplateLimitError(ComponentError):
+    """A template would go over a size, iteration or width limit (see :mod:`agent.templates`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, retryable=False)
+
+
 class LLMError(ComponentError):
     """An LLM provider failed (HTTP error, bad answer)."""
 

@@ -262,6 +262,8 @@ class ComponentBase:
             self._next = self.fallback_next()
             return None
         if isinstance(e, ComponentError):
+            if message.split(": ", 1)[0] not in self._canvas.components:
+                e.args = (f"{self.id}: {message}", *e.args[1:])  # say which component failed
             raise e
         raise ComponentError(f"{self.id}: {message}") from e
 

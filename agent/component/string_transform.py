@@ -58,7 +58,7 @@ class StringTransform(ComponentBase):
         if self._param.method == "split":
             self.set_output("result", self._split())
         else:
-            self.set_output("result", render(self._param.script, self._merge_lookup))
+            self.set_output("result", render(self._param.script, self._merge_lookup, self._canvas.deadline))
 
     def _split(self) -> list[str]:
         ref = self._param.split_ref

@@ -199,3 +199,10 @@ def test_authentication(app):
     assert resp.status_code == 401
     resp = anonymous.get("/api/v1/nowhere")
     assert resp.status_code == 404 and resp.json["code"] == 102
+
+
+def test_a_template_bomb_is_refused_at_save_naming_the_component(api: Api):
+    """jinja2 would fold this while compiling (30 MB per agent on every worker)."""
+    bomb = dsl_of({"Message:Big": ("Message", {"content": ["{{ 'x' * 30000000 }}"]}, [])})
+    message = _refused(api, {"title": "bomb", "dsl": bomb})["message"]
+    assert message.startswith("Message:Big: template") and "template limits" in message
