@@ -1,7 +1,8 @@
 """``agentcanvas run FILE.json``: chat with a canvas in the terminal, no server.
 
 Answers stream as they arrive; a form is asked field by field, each answer checked
-against its field's type before the run resumes. With ``--state FILE`` the snapshot
+against its field's type before the run resumes (a ``file`` field asks for paths; the
+files are kept for this invocation only). With ``--state FILE`` the snapshot
 is kept in that file and each invocation is one turn: the first call loads the DSL,
 later calls continue from the file (a pending form is asked first).
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
 from agent.canvas import Canvas
 from agent.errors import CanvasError, InputError
+from agent.files import InMemoryFiles
 from agent.forms import convert, is_optional
 from agent.memory import InMemoryStore
 
@@ -35,8 +38,12 @@ def _ask_from(stream: TextIO, out: TextIO) -> Ask:
     return ask
 
 
-def ask_form(form: dict, ask: Ask, out: TextIO) -> dict | None:
-    """Ask each field; re-ask until the answer fits its type. ``None`` on end of input."""
+def ask_form(form: dict, ask: Ask, out: TextIO, files: InMemoryFiles | None = None) -> dict | None:
+    """Ask each field; re-ask until the answer fits its type. ``None`` on end of input.
+
+    A ``file`` field asks for paths (several separated by spaces; quote a path with
+    spaces); each file is read and checked here, and kept in ``files``.
+    """
     answers = {}
     for key, field in form.items():
         label = field.get("name") or key
@@ -44,6 +51,8 @@ def ask_form(form: dict, ask: Ask, out: TextIO) -> dict | None:
         hint = ftype
         if ftype == "options":
             hint = " / ".join(map(str, field.get("options") or []))
+        elif ftype == "file":
+            hint = "path to a file; several separated by spaces"
         optional = is_optional(field)
         while True:
             raw = ask(f"  {label} [{hint}{', optional' if optional else ''}]: ")
@@ -55,11 +64,32 @@ def ask_form(form: dict, ask: Ask, out: TextIO) -> dict | None:
                 out.write("    a value is required\n")
                 continue
             try:
-                answers[key] = convert(field, raw)
+                answers[key] = read_files(raw, files) if ftype == "file" else convert(field, raw)
                 break
             except ValueError as e:
                 out.write(f"    {e}\n")
     return answers
+
+
+def read_files(raw: str, files: InMemoryFiles | None) -> list[dict]:
+    """The files at the paths in ``raw``, kept in ``files``; raises ``ValueError`` saying
+    which path cannot be used and why."""
+    if files is None:
+        raise ValueError("this chat cannot take files")
+    try:
+        paths = shlex.split(raw)
+    except ValueError as e:
+        raise ValueError(f"cannot read the paths: {e}") from None
+    out = []
+    for path in paths:
+        path = os.path.expanduser(path)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read(files.max_file_bytes + 1)
+        except OSError as e:
+            raise ValueError(f"cannot read {path!r}: {e.strerror or e}") from None
+        out.append(files.add(os.path.basename(path), data))
+    return out
 
 
 def run_turn(canvas: Canvas, query: str, inputs: dict | None, out: TextIO) -> dict | None:
@@ -88,7 +118,7 @@ def run_turn(canvas: Canvas, query: str, inputs: dict | None, out: TextIO) -> di
 def _load(path: str, state: str | None) -> Canvas:
     # Keyed memory (a node's memory_key) lives in this process only: the terminal chat
     # has no database, so a returning user is remembered within one run.
-    services = {"memory_store": InMemoryStore()}
+    services = {"memory_store": InMemoryStore(), "files": InMemoryFiles()}
     if state and os.path.exists(state) and os.path.getsize(state) > 0:
         with open(state, encoding="utf-8") as fh:
             return Canvas(fh.read(), services=services)
@@ -126,7 +156,7 @@ def main(argv: list[str] | None = None, stdin: TextIO | None = None, stdout: Tex
     while True:
         pending = canvas.pending_form()
         if pending is not None:
-            answers = ask_form(pending.pause_form(), ask, out)
+            answers = ask_form(pending.pause_form(), ask, out, canvas.services["files"])
             if answers is None:
                 break
             try:

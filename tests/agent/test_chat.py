@@ -78,3 +78,25 @@ def test_keyed_memory_nodes_run_in_the_terminal(tmp_path):
     dsl.write_text(json.dumps(form_dsl()))
     canvas = _load(str(dsl), None)
     assert canvas.services["memory_store"].load("LLM:X", "u1") == []
+
+
+def test_a_file_field_asks_for_a_path_and_the_prompt_reads_the_file(tmp_path):
+    from tests.agent.dsl_helpers import make_dsl, node
+    from tests.files import make_pdf
+
+    form = {"doc": {"name": "Your document", "type": "file"}}
+    dsl = make_dsl(
+        node("UserFillUp:F", "UserFillUp", {"inputs": form, "enable_tips": True, "tips": "Which file?"}),
+        node("Message:Out", "Message", {"content": ["You sent: {UserFillUp:F@doc}"]}),
+    )
+    (tmp_path / "form.json").write_text(json.dumps(dsl))
+    (tmp_path / "my notes.pdf").write_bytes(make_pdf(["Buy more tea"]))
+    (tmp_path / "tool.exe").write_bytes(b"MZ")
+    # A missing path, then an unsupported type, then the PDF (quoted: its name has a space).
+    answers = f"go\n{tmp_path / 'gone.pdf'}\n{tmp_path / 'tool.exe'}\n'{tmp_path / 'my notes.pdf'}'\n"
+    proc = chat(str(tmp_path / "form.json"), stdin=answers)
+    assert proc.returncode == 0, proc.stderr
+    assert "Your document [path to a file; several separated by spaces]:" in proc.stdout
+    assert "cannot read" in proc.stdout and "No such file" in proc.stdout
+    assert "unsupported file type ('.exe')" in proc.stdout
+    assert "You sent: [file: my notes.pdf]\nBuy more tea" in proc.stdout
