@@ -146,7 +146,7 @@ class Canvas:
         self.limits = limits or Limits()
         self.services: dict[str, Any] = dict(services or {})
         self.cancel_check: Callable[[], bool] | None = None
-        self._files_as_names = False
+        self._file_markers: dict[str, dict] | None = None
         #: The form answers the last ``run()`` accepted, converted to their types.
         self.accepted_inputs: dict = {}
         self.deadline: Deadline = unlimited()
@@ -500,22 +500,33 @@ class Canvas:
 
     def _text_value(self, ref: Ref) -> Any:
         """A value as it reads inside text: files (a ``file`` field, ``sys.files``) read
-        as their parsed text, as RAGFlow renders them into prompts (as their names only
-        inside :meth:`files_as_names`)."""
+        as their parsed text, as RAGFlow renders them into prompts (inside
+        :meth:`files_as_markers`, documents as markers instead)."""
         value = self.get_value(ref)
-        if agent_files.is_file_list(value):
-            service = None if self._files_as_names else self.services.get("files")
-            return agent_files.render_files(value, service)
-        return value
+        if not agent_files.is_file_list(value):
+            return value
+        service = self.services.get("files")
+        if self._file_markers is not None and service is not None:
+            parts = []
+            for d in value:
+                if agent_files.is_image(d):
+                    parts.append(f"[image: {d.get('name')}]")
+                else:
+                    self._file_markers[str(d.get("id"))] = d
+                    parts.append(agent_files.marker(d))
+            return "\n\n".join(parts)
+        return agent_files.render_files(value, service)
 
     @contextlib.contextmanager
-    def files_as_names(self) -> Iterator[None]:
-        """Render files as their names (what memory keeps), not their content."""
-        self._files_as_names = True
+    def files_as_markers(self) -> Iterator[dict[str, dict]]:
+        """Render documents as markers (:data:`agent.files.MARKER_RE`), so that an LLM
+        node can fit their text to its model's context; yields ``{id: descriptor}`` of
+        the documents marked."""
+        self._file_markers = marked = {}
         try:
-            yield
+            yield marked
         finally:
-            self._files_as_names = False
+            self._file_markers = None
 
     def add_usage(self, usage: dict | None) -> None:
         """Add an LLM call's token usage to the running turn's total."""

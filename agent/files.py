@@ -16,12 +16,13 @@ What the rest of the runtime uses from here:
 * :func:`file_refs` — a form answer or ``files`` value as a list of ids/descriptors.
 * :func:`is_file_list` — whether a value is a list of descriptors (so that a
   reference to it in a prompt renders the files' text: :func:`render_files`).
-* :func:`documents_for_prompt` / :func:`image_parts` — what an LLM node sends.
+* :func:`document_blocks` / :func:`image_parts` — what an LLM node sends.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import threading
 import time
 import uuid
@@ -116,41 +117,49 @@ def render_files(files: list[dict], service: FileService | None) -> str:
     return "\n\n".join(parts)
 
 
-def documents_for_prompt(
+#: Where a document stands in a prompt rendered by :meth:`agent.canvas.Canvas.files_as_markers`.
+MARKER_RE = re.compile("\x00file:([^\x00]*)\x00")
+
+
+def marker(descriptor: dict) -> str:
+    return f"\x00file:{descriptor.get('id')}\x00"
+
+
+def document_blocks(
     files: list[dict], service: FileService, budget_tokens: int, count_tokens: Callable[[str], int]
-) -> tuple[str, list[str]]:
-    """The documents among ``files`` as text for a user message, within ``budget_tokens``.
+) -> tuple[dict[str, str], list[str], int]:
+    """The documents among ``files`` as text for a prompt, within ``budget_tokens`` in all.
 
     Returns:
-        ``(text, notes)``: the text (each document under ``[file: name]``) and a note for
-        each document that was cut or left out, which is also written into the text so
-        the model knows it did not see everything.
+        ``(blocks, notes, tokens)``: each document's text under ``[file: name]`` by id;
+        a note for each document that was cut or left out (also written into its
+        block, so the model knows it did not see everything); the tokens used.
     """
-    parts: list[str] = []
+    blocks: dict[str, str] = {}
     notes: list[str] = []
     left = max(0, budget_tokens)
     for f in files:
-        if is_image(f):
+        if is_image(f) or str(f.get("id")) in blocks:
             continue
         name = str(f.get("name"))
         text = service.text(f)
         tokens = count_tokens(text)
         head = f"[file: {name}]"
         if tokens <= left:
-            parts.append(f"{head}\n{text}")
+            block = f"{head}\n{text}"
             left -= tokens
-            continue
-        if left <= 50:
+        elif left <= 50:
             note = f"{name!r} was left out: no room in the model's context (about {tokens} tokens)"
             notes.append(note)
-            parts.append(f"{head}\n[{note}]")
-            continue
-        kept = _cut_to_tokens(text, left, count_tokens)
-        note = f"{name!r} was cut to its first {left} of about {tokens} tokens to fit the model's context"
-        notes.append(note)
-        parts.append(f"{head}\n{kept}\n[{note}]")
-        left = 0
-    return "\n\n".join(parts), notes
+            block = f"{head}\n[{note}]"
+        else:
+            kept = _cut_to_tokens(text, left, count_tokens)
+            note = f"{name!r} was cut to its first {left} of about {tokens} tokens to fit the model's context"
+            notes.append(note)
+            block = f"{head}\n{kept}\n[{note}]"
+            left = 0
+        blocks[str(f.get("id"))] = block
+    return blocks, notes, max(0, budget_tokens) - left
 
 
 def _cut_to_tokens(text: str, tokens: int, count_tokens: Callable[[str], int]) -> str:

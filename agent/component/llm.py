@@ -41,12 +41,12 @@ from agent import compaction
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
 from agent.errors import ComponentError, LLMError
-from agent.files import documents_for_prompt, image_parts, is_file_list, is_image
+from agent.files import MARKER_RE, document_blocks, image_parts
 from agent.llm.client import ChatClient, ChatResult, ChatStream, ToolCall
 from agent.llm.config import ModelConfig, resolve_model
 from agent.llm.tokens import IMAGE_TOKENS, count_tokens, messages_tokens
 from agent.memory import DEFAULT_WINDOW, MAX_WINDOW, NodeMemory, history_budget, select_history
-from agent.refs import find_refs, to_text
+from agent.refs import to_text
 from agent.settings import load_settings
 from agent.stream import LazyText
 
@@ -240,8 +240,9 @@ class LLM(ComponentBase):
     def _invoke(self, **kwargs: Any) -> Iterator[str] | None:
         model = self.model()
         memory = self.node_memory()
-        system = self.system_prompt()
-        prompts = self.prompt_messages(kwargs)
+        with self._canvas.files_as_markers() as marked:
+            system = self.system_prompt()
+            prompts = self.prompt_messages(kwargs)
         tools = self.tool_specs()
         head = [{"role": "system", "content": system}] if system else []
         options = self._param.gen_options()
@@ -254,14 +255,11 @@ class LLM(ComponentBase):
         if tools:
             options["tools"] = tools
         prompt_tokens = messages_tokens(head + prompts) + (count_tokens(json.dumps(tools)) if tools else 0)
-        user_prompt = "\n\n".join(p["content"] for p in prompts if p["role"] == "user")
-        attached: list[str] = []
-        cut: list[str] = []
-        if self.takes_files and not kwargs.get("user_prompt"):
-            prompts, attached, cut, file_tokens = self.attach_files(
-                prompts, model, options.get("max_tokens", 0), prompt_tokens
-            )
-            prompt_tokens += file_tokens
+        turn_files = self._canvas.turn_files() if self.takes_files and not kwargs.get("user_prompt") else []
+        head, prompts, remembered, attached, cut, file_tokens = self.put_files(
+            head, prompts, marked, turn_files, model, options.get("max_tokens", 0), prompt_tokens
+        )
+        prompt_tokens += file_tokens
         window = int(self._param.message_history_window_size)
         budget = history_budget(model.context_size, options.get("max_tokens", 0), prompt_tokens)
         client = ChatClient(model, who=self.id, sleep=self._canvas.sleep, deadline=self._canvas.deadline)
@@ -278,19 +276,16 @@ class LLM(ComponentBase):
             if model.context_size:
                 self._tool_context = int(model.context_size) - max(0, int(options.get("max_tokens", 0) or 0))
         messages = head + summary_head + history + prompts
+        # Memory keeps the files' names, never their content (attach again to resend).
+        user_prompt = "\n\n".join(p["content"] for p in remembered if p["role"] == "user")
         self.inputs_seen = {"llm_id": model.llm_id, "prompt": user_prompt, "history_messages": len(history)}
         if summary_head:
             self.inputs_seen["summary"] = True
-        if attached or self._referenced_file_ids():
-            # Memory keeps the files' names, never their content (attach again to resend).
-            with self._canvas.files_as_names():
-                named = self.prompt_messages(kwargs)
-            user_prompt = "\n\n".join(p["content"] for p in named if p["role"] == "user")
         if attached:
             user_prompt = f"{user_prompt}\n\n[attached: {', '.join(attached)}]"
             self.inputs_seen["files"] = attached
-            if cut:
-                self.inputs_seen["files_cut"] = cut
+        if cut:
+            self.inputs_seen["files_cut"] = cut
         streamed = schema is None and self._streams_to_message()
         rounds = self._rounds(client, messages, options, usage, streamed=streamed)
 
@@ -337,52 +332,60 @@ class LLM(ComponentBase):
         history = select_history(entries[cut:], window, budget - messages_tokens(head))
         return history, head, (cut, new)
 
-    def attach_files(
-        self, prompts: list[dict], model: ModelConfig, max_tokens: int, prompt_tokens: int
-    ) -> tuple[list[dict], list[str], list[str], int]:
-        """The turn's files added to the last user message (DESIGN §13).
+    def put_files(
+        self,
+        head: list[dict],
+        prompts: list[dict],
+        marked: dict[str, dict],
+        turn_files: list[dict],
+        model: ModelConfig,
+        max_tokens: int,
+        prompt_tokens: int,
+    ) -> tuple[list[dict], list[dict], list[dict], list[str], list[str], int]:
+        """Files into the messages (DESIGN §13).
 
-        Documents the prompts do not already reference go in as parsed text, within
-        what the context leaves (``FILES_BUDGET_UNKNOWN`` tokens when the model's
-        context size is unknown), with a note of what was cut; images go in as image
-        parts when the model takes them, else the node fails saying so.
+        Documents the prompts reference (``marked``) take their text where they are
+        referenced; the turn's other documents are added to the last user message;
+        together they take at most what the context leaves (``FILES_BUDGET_UNKNOWN``
+        tokens when the model's context size is unknown), with a note of what was cut.
+        The turn's images go to the last user message as image parts when the model
+        takes them; otherwise the node fails saying so.
 
         Returns:
-            ``(prompts, file names, notes of what was cut, tokens added)``.
+            ``(head, prompts, prompts as memory keeps them (file names only), the turn's
+            file names, notes of what was cut, tokens added)``.
         """
-        files = self._canvas.turn_files()
         service = self._canvas.services.get("files")
-        if not files or service is None:
-            return prompts, [], [], 0
-        referenced = self._referenced_file_ids()
-        documents = [f for f in files if not is_image(f) and f.get("id") not in referenced]
-        images = image_parts(files, service, model.vision, self.id)
+        if service is None or not (marked or turn_files):
+            return head, prompts, prompts, [], [], 0
+        images = image_parts(turn_files, service, model.vision, self.id)
         if model.context_size:
             budget = int(model.context_size) - max(0, int(max_tokens or 0)) - prompt_tokens
         else:
             budget = FILES_BUDGET_UNKNOWN
-        text, cut = documents_for_prompt(documents, service, budget, count_tokens)
-        prompts = [dict(p) for p in prompts]
-        last = next((i for i in range(len(prompts) - 1, -1, -1) if prompts[i]["role"] == "user"), None)
-        if last is None:
-            prompts.append({"role": "user", "content": ""})
-            last = len(prompts) - 1
-        content = "\n\n".join(t for t in (prompts[last]["content"], text) if t)
-        prompts[last]["content"] = [{"type": "text", "text": content}, *images] if images else content
-        added = count_tokens(text) + len(images) * IMAGE_TOKENS
-        return prompts, [str(f.get("name")) for f in files], cut, added
+        documents = list(marked.values()) + [f for f in turn_files if str(f.get("id")) not in marked]
+        blocks, cut, used = document_blocks(documents, service, budget, count_tokens)
+        extra = "\n\n".join(blocks[i] for i in blocks if i not in marked)
 
-    def _referenced_file_ids(self) -> set[str]:
-        """Ids of the files the prompts reference (already rendered into them as text)."""
-        ids: set[str] = set()
-        for ref in find_refs([self._param.sys_prompt, self._param.prompts]):
-            try:
-                value = self._canvas.get_value(ref)
-            except Exception:  # noqa: BLE001 - a reference that cannot be read names no file
-                continue
-            if is_file_list(value):
-                ids.update(str(f.get("id")) for f in value)
-        return ids
+        def filled(messages: list[dict], names_only: bool) -> list[dict]:
+            def block(m: re.Match) -> str:
+                found = marked.get(m.group(1), {})
+                return f"[file: {found.get('name')}]" if names_only else blocks.get(m.group(1), "")
+
+            return [{**p, "content": MARKER_RE.sub(block, p["content"])} for p in messages]
+
+        head = filled(head, names_only=False)
+        remembered = filled(prompts, names_only=True)
+        prompts = filled(prompts, names_only=False)
+        if extra or images:
+            last = next((i for i in range(len(prompts) - 1, -1, -1) if prompts[i]["role"] == "user"), None)
+            if last is None:
+                prompts.append({"role": "user", "content": ""})
+                last = len(prompts) - 1
+            content = "\n\n".join(t for t in (prompts[last]["content"], extra) if t)
+            prompts[last]["content"] = [{"type": "text", "text": content}, *images] if images else content
+        names = [str(f.get("name")) for f in turn_files]
+        return head, prompts, remembered, names, cut, used + len(images) * IMAGE_TOKENS
 
     def _rounds(
         self, client: ChatClient, messages: list[dict], options: dict, usage: dict, streamed: bool

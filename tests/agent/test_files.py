@@ -119,3 +119,19 @@ def test_uploads_are_checked_for_type_size_and_content():
         files.add("fake.png", b"GIF89a....")
     with pytest.raises(ValueError, match="needs a password"):
         InMemoryFiles().add("locked.pdf", make_pdf(["x"], password="pw"))
+
+
+def test_a_referenced_document_is_cut_to_the_budget_too_and_memory_keeps_its_name(llm):
+    files = InMemoryFiles()
+    doc = files.add("long.md", " ".join(f"w{i}" for i in range(20000)).encode())
+    begin = {"inputs": {"doc": {"name": "Doc", "type": "file"}}}
+    canvas = chat_canvas(llm, files, prompt="Summarise {begin@doc} briefly", begin=begin)
+    events = run(canvas, "", inputs={"doc": doc["id"]})
+    assert final(events)["status"] == "succeeded"
+    sent = user_content(llm)
+    assert sent.startswith("Summarise [file: long.md]\nw0 w1 w2") and sent.endswith(
+        "fit the model's context] briefly"
+    )
+    assert "w19999" not in sent
+    # The file answered in this turn's form is one of the turn's files: memory names it twice.
+    assert canvas.memory["LLM:A"][0]["content"] == "Summarise [file: long.md] briefly\n\n[attached: long.md]"
