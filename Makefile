@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint install browser services bench clean
+.PHONY: run test lint install browser services bench bench-check clean
 
 $(BIN)/agentcanvas: setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,9 +39,15 @@ lint: install
 	$(BIN)/ruff check agent api tests bench
 	$(BIN)/ruff format --check agent api tests bench
 
-# The whole suite: unit, API on SQLite and MariaDB, end-to-end, browser.
+# The whole suite: unit, API on SQLite and MariaDB, end-to-end, browser; then the speed check.
 test: install browser services lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
+	$(MAKE) bench-check
+
+# A short bench/http.py run (under a minute): fails only if ours/floor over HTTP is more
+# than twice the ratio recorded in bench/http_baseline.json (a ratio, never a time).
+bench-check: install
+	$(BIN)/python bench/http.py --check
 
 bench: install services
 	$(BIN)/pip install -q -e '.[test,bench]'

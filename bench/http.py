@@ -12,7 +12,7 @@ measurement and served with the same gunicorn settings (``--workers``/``--thread
 * **langgraph**: ``langgraph dev`` (``langgraph-cli[inmem]``, the ``bench`` extra)
   running the same greet → interrupt → reply graph, where it is installed;
 
-on SQLite and on MariaDB. Measurement is interleaved: each round runs every subject
+on SQLite, MariaDB and PostgreSQL. Measurement is interleaved: each round runs every subject
 at every concurrency for ``--seconds``, and the figures are medians over the rounds,
 with their spread (min–max). A ratio is always of two subjects measured in the same
 round, one right after the other.
@@ -36,12 +36,14 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from _path import BENCH, ROOT
 
 ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 BASELINE = os.path.join(BENCH, "http_baseline.json")
 BIN = os.path.dirname(sys.executable)
 
@@ -336,6 +338,20 @@ def mysql_database() -> tuple[str, object]:
     return name, drop
 
 
+def postgres_database() -> tuple[str, object]:
+    import psycopg
+
+    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return name, drop
+
+
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
@@ -357,18 +373,43 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                 return f"mysql://root@127.0.0.1:3306/{name}"
 
             backends.append(("mariadb", mysql_url))
-        for backend, url_for in backends:
-            subjects[backend] = [
-                start_ours(url_for("ours"), args.workers, args.threads, sessions),
-                start_floor(url_for("floor"), args.workers, args.threads, sessions, tmp),
-            ]
-        if not args.no_langgraph:
-            lg = start_langgraph(args.workers, sessions, tmp)
-            if lg is not None:
-                subjects["sqlite"].append(lg)  # in memory: listed once, beside the SQLite rows
-            else:
-                print("  langgraph dev not installed (pip install -e '.[bench]'): left out", file=sys.stderr)
+        if not args.no_postgres:
 
+            def postgres_url(who: str) -> str:
+                name, drop = postgres_database()
+                cleanups.append(drop)
+                return f"postgresql://postgres@127.0.0.1:5432/{name}"
+
+            backends.append(("postgres", postgres_url))
+        # Started side by side (each start waits for a server to load): a shorter run.
+        with ThreadPoolExecutor(4) as pool:
+            starting = {
+                backend: [
+                    pool.submit(start_ours, url_for("ours"), args.workers, args.threads, sessions),
+                    pool.submit(start_floor, url_for("floor"), args.workers, args.threads, sessions, tmp),
+                ]
+                for backend, url_for in backends
+            }
+            lg_future = (
+                None if args.no_langgraph else pool.submit(start_langgraph, args.workers, sessions, tmp)
+            )
+            failure = None
+            for backend, futures in starting.items():
+                for future in futures:
+                    try:
+                        subjects.setdefault(backend, []).append(future.result())
+                    except Exception as exc:  # noqa: BLE001 - the others are stopped, then it is raised
+                        failure = failure or exc
+            if lg_future is not None:
+                lg = lg_future.result()
+                if lg is not None:
+                    subjects["sqlite"].append(lg)  # in memory: listed once, beside the SQLite rows
+                else:
+                    print(
+                        "  langgraph dev not installed (pip install -e '.[bench]'): left out", file=sys.stderr
+                    )
+            if failure is not None:
+                raise failure
         results: dict[tuple[str, str, int], list[Phase]] = {}
         for r in range(args.rounds):
             for backend, group in subjects.items():
@@ -457,13 +498,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--no-mysql", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-langgraph", action="store_true")
     parser.add_argument("--check", action="store_true", help="short run; fail if ours/floor > 2x the record")
     parser.add_argument("--record", action="store_true", help="write the measured ratios as the record")
     args = parser.parse_args()
-    if args.check:
+    if args.check or args.record:  # the record is taken the way the check measures
         args.clients, args.rounds, args.seconds, args.warmup = "1,16", 3, 1.5, 0.3
-        args.no_mysql = args.no_langgraph = True
+        args.no_mysql = args.no_postgres = args.no_langgraph = True
     ratios = run(args)
     if args.check or args.record:
         return check(ratios, args.record)

@@ -43,6 +43,7 @@ class Store:
         self.synchronous = synchronous
         parsed = urlparse(url)
         self.sqlite = parsed.scheme == "sqlite"
+        self.postgres = parsed.scheme.startswith("postgres")
         self.mark = "?" if self.sqlite else "%s"
         if self.sqlite:
             path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
@@ -50,7 +51,7 @@ class Store:
         else:
             self.connect_args = {
                 "host": parsed.hostname or "127.0.0.1",
-                "port": parsed.port or 3306,
+                "port": parsed.port or (5432 if self.postgres else 3306),
                 "user": parsed.username or "root",
                 "password": parsed.password or "",
                 "database": parsed.path.lstrip("/"),
@@ -68,6 +69,11 @@ class Store:
                 conn.execute("PRAGMA journal_mode=wal")
                 conn.execute(f"PRAGMA synchronous={self.synchronous}")
                 conn.execute("PRAGMA busy_timeout=30000")
+            elif self.postgres:
+                import psycopg
+
+                args = dict(self.connect_args)
+                conn = psycopg.connect(dbname=args.pop("database"), autocommit=False, **args)
             else:
                 import pymysql
                 from pymysql.constants import CLIENT
@@ -81,9 +87,12 @@ class Store:
     def seed(self, snapshot: str, sessions: int) -> None:
         conn = self.conn()
         autoid = "INTEGER PRIMARY KEY" if self.sqlite else "BIGINT AUTO_INCREMENT PRIMARY KEY"
+        if self.postgres:
+            autoid = "BIGSERIAL PRIMARY KEY"
         cur = conn.cursor()
         for statement in SCHEMA:
-            cur.execute(statement.format(autoid=autoid))
+            statement = statement.format(autoid=autoid)
+            cur.execute(statement.replace("LONGTEXT", "TEXT") if self.postgres else statement)
         cur.executemany(
             f"INSERT INTO floor_session (id, snapshot, version) VALUES ({self.mark}, {self.mark}, 1)",
             [(f"s{i}", snapshot) for i in range(sessions)],
