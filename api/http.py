@@ -7,6 +7,7 @@ way, and bad input gets the same clear :class:`~api.errors.ArgumentError`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -45,19 +46,110 @@ def _body_bytes() -> bytes:
 
 
 def json_body(required: bool = True) -> dict:
-    """The request's JSON object; an absent body is ``{}`` unless ``required``."""
+    """The request's JSON object; an absent body is ``{}`` unless ``required``.
+
+    The one place request bodies are parsed, so the one place bad input is refused
+    with a 400 naming the field: nesting deeper than :data:`MAX_JSON_DEPTH`, a lone
+    UTF-16 surrogate (``"\\ud800"``: no database can store it), an integer outside
+    64 bits, ``NaN``/``Infinity``.
+    """
     raw = _body_bytes()
     if not raw.strip():
         if required:
             raise ArgumentError("the request needs a JSON object body (Content-Type: application/json)")
         return {}
+    if _too_deep(raw):
+        raise ArgumentError(f"the request body is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_int=_checked_int, parse_constant=_refused_constant)
+    except _OutOfRange:
+        body = json.loads(raw)  # again, to name the field
+        raise ArgumentError(
+            _bad_value_message(body) or "the request body holds a number out of range"
+        ) from None
+    except RecursionError:
+        raise ArgumentError(f"the request body is nested more than {MAX_JSON_DEPTH} levels deep") from None
     except ValueError as exc:
         raise ArgumentError(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ArgumentError(f"the request body must be a JSON object, got {_json_type(body)}")
+    if _SURROGATE_ESCAPE.search(raw):
+        problem = _bad_value_message(body)
+        if problem:
+            raise ArgumentError(problem)
     return body
+
+
+#: The deepest nesting of a request body (objects and lists).
+MAX_JSON_DEPTH = 64
+_INT_RANGE = 2**63
+# A JSON escape of a UTF-16 surrogate; a valid pair decodes to one character, a lone one stays.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _OutOfRange(ValueError):
+    pass
+
+
+def _checked_int(text: str) -> int:
+    value = int(text)
+    if not -_INT_RANGE <= value < _INT_RANGE:
+        raise _OutOfRange(text)
+    return value
+
+
+def _refused_constant(name: str) -> Any:
+    raise ArgumentError(f"the request body holds {name}, which JSON does not allow; send a number or null")
+
+
+def _too_deep(raw: bytes) -> bool:
+    """Whether brackets nest deeper than allowed (counted outside strings, without parsing)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    depth, in_string, escaped = 0, False, False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return False
+
+
+def _bad_value_message(value: Any, path: str = "") -> str | None:
+    """What is wrong with the first unstorable value in ``value``, naming its field."""
+    where = path or "the request body"
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            return f"{where!r} holds a lone UTF-16 surrogate, which is not valid Unicode text"
+    elif isinstance(value, bool):
+        return None
+    elif isinstance(value, int):
+        if not -_INT_RANGE <= value < _INT_RANGE:
+            return f"{where!r} is out of range: whole numbers must fit in 64 bits"
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{key}" if path else str(key)
+            problem = _bad_value_message(key, name) or _bad_value_message(item, name)
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            problem = _bad_value_message(item, f"{path}[{n}]")
+            if problem:
+                return problem
+    return None
 
 
 def _json_type(value: Any) -> str:
@@ -113,17 +205,27 @@ def arg_flag(name: str, default: bool = False) -> bool:
     return flag(request.args.get(name), name, default)
 
 
+#: The largest number a query parameter may hold (a page number, say).
+MAX_ARG_INT = 10**9
+
+
 def arg_int(name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole-number query parameter, between ``minimum`` and ``maximum`` (at most
+    :data:`MAX_ARG_INT`, so no database is asked for an offset it cannot hold)."""
     raw = request.args.get(name)
     if raw in (None, ""):
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ArgumentError(f"query parameter {name!r} must be a whole number, got {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ArgumentError(f"query parameter {name!r} must be {bound}, got {value}")
+    maximum = MAX_ARG_INT if maximum is None else min(maximum, MAX_ARG_INT)
+    text = raw.strip()
+    if len(text) > 12 or not text.lstrip("+-").isdigit():
+        if text.lstrip("+-").isdigit():
+            raise ArgumentError(
+                f"query parameter {name!r} must be between {minimum} and {maximum}, got {raw!r}"
+            )
+        raise ArgumentError(f"query parameter {name!r} must be a whole number, got {raw[:40]!r}")
+    value = int(text)
+    if value < minimum or value > maximum:
+        raise ArgumentError(f"query parameter {name!r} must be between {minimum} and {maximum}, got {value}")
     return value
 
 

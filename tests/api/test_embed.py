@@ -212,7 +212,8 @@ def test_sessions_are_bound_to_their_end_user(api: Api, bot: Bot):
     [
         (None, "'user_id' is required"),
         ("", "'user_id' is required"),
-        (12345678901234567890123456789012, "must be text"),
+        (12345678901234567890123456789012, "'user_id' is out of range"),
+        (1234567890123456789, "must be text"),
         ("short", "is not an end-user id"),
         ("x" * 129, "is not an end-user id"),
         ("has spaces but is long enough to pass a length check", "is not an end-user id"),
