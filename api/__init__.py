@@ -42,6 +42,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     app.extensions["agentcanvas.turns"] = TurnService(app.config)
     app.extensions["agentcanvas.ratelimit"] = Limiter.from_settings(app.config.get("SETTINGS") or {})
     _start_knowledge_bases(app)
+    _start_sweeper(app)
 
     @app.teardown_appcontext
     def _release_connection(exc: BaseException | None) -> None:
@@ -62,6 +63,15 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     register_all(app)
     return app
+
+
+def _start_sweeper(app: Flask) -> None:
+    """This process's background sweep of expired and deleted sessions (api.services.retention)."""
+    from api.services.retention import RetentionSettings, Sweeper
+
+    sweeper = Sweeper(RetentionSettings.from_config(app.config), float(app.config["SWEEP_INTERVAL_SECONDS"]))
+    app.extensions["agentcanvas.sweeper"] = sweeper
+    sweeper.start()
 
 
 def _start_knowledge_bases(app: Flask) -> None:

@@ -51,6 +51,27 @@ def _server_defaults() -> dict[str, Any]:
     return load_settings().get("server") or {}
 
 
+# ---------------------------------------------------------------------- retention
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from api.services.retention import MAX_BATCH, RetentionSettings, sweep
+
+    settings = RetentionSettings.from_config(_open_db())
+    if args.batch is not None:
+        if not 1 <= args.batch <= MAX_BATCH:
+            raise ValueError(f"--batch must be from 1 to {MAX_BATCH}, got {args.batch}")
+        settings.batch = args.batch
+    with db.connection_context():
+        report = sweep(settings)
+    if report.skipped:
+        print("another worker is sweeping now (it holds the sweep lease); nothing done")
+        return 0
+    print(
+        f"removed {report.removed} sessions ({report.expired} expired, {report.deleted} deleted) and "
+        f"{report.memory_entries} keyed memory entries in {report.batches} batches"
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- tokens
 def cmd_token_create(args: argparse.Namespace) -> int:
     from api.services import tokens
@@ -330,6 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="chat with a DSL in the terminal (no server)", add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="remove expired and deleted sessions and old keyed memory now")
+    p.add_argument("--batch", type=int, help="sessions per batch (default: session.sweep_batch)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("components", help="list the component types")
     p.set_defaults(func=cmd_components)

@@ -121,11 +121,13 @@ def check(config: dict[str, Any]) -> None:
         "DB_MAX_CONNECTIONS",
         "MAX_TRANSCRIPT_BYTES",
         "SWEEP_BATCH",
-        "SWEEP_INTERVAL_SECONDS",
     ):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"setting {key} must be a positive number, got {value!r}")
+    interval = config.get("SWEEP_INTERVAL_SECONDS")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+        raise ValueError(f"setting SWEEP_INTERVAL_SECONDS must be a number, 0 or more, got {interval!r}")
     for key in ("KEEP_SNAPSHOTS", "SESSION_TTL_SECONDS", "MEMORY_TTL_SECONDS"):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

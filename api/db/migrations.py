@@ -103,6 +103,13 @@ def _add_history_and_retention(database: Database) -> None:
     _add_index(database, MemoryEntry, ("create_time",))
 
 
+def _pack_kept_states(database: Database) -> None:
+    # Kept states are compressed now (session_state.packed); the few kept as text by
+    # migration 7 only served undo and are let go.
+    SessionSnapshot.create_table(safe=True)
+    database.execute_sql("DROP TABLE IF EXISTS session_snapshot")
+
+
 def _create_memory_entry(database: Database) -> None:
     MemoryEntry.create_table(safe=True)
 
@@ -147,6 +154,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     ),
     (8, "documents keep their bytes as file pieces; document_piece dropped", _move_document_pieces),
     (9, "rate_limit_counter, agent.rate_limits: rate limits shared by the workers", _add_rate_limits),
+    (10, "kept session states compressed (session_state replaces session_snapshot)", _pack_kept_states),
 ]
 
 

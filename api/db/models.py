@@ -222,7 +222,8 @@ class MemoryEntry(BaseModel):
 
 
 class SessionSnapshot(BaseModel):
-    """A kept earlier state of a session: the snapshot it had after ``round`` turns.
+    """A kept earlier state of a session: the snapshot it had after ``round`` turns,
+    zlib-compressed (``packed``), so that keeping it costs a turn few bytes.
 
     The turn service keeps the last ``session.keep_snapshots`` of them on the session's
     active branch, for regenerate and undo (see :mod:`api.services.history`).
@@ -231,10 +232,11 @@ class SessionSnapshot(BaseModel):
     id = BigAutoField()
     session_id = CharField(max_length=32)
     round = IntegerField()
-    snapshot = LongTextField()
+    packed = LongBlobField()
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:
+        table_name = "session_state"
         indexes = ((("session_id", "round"), False),)
 
 

@@ -16,8 +16,9 @@ from peewee import IntegrityError
 from agent.canvas import Canvas, Limits
 from agent.component.retrieval import dataset_ids_in
 from api import ratelimit
-from api.db import Agent, AgentVersion, Dataset, MemoryEntry, MessageLog, Session, now_ms, write_transaction
+from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
+from api.services.retention import trash_sessions
 
 ORDER_FIELDS = ("create_time", "update_time", "title")
 MAX_TITLE = 255
@@ -70,6 +71,18 @@ def check_title(title: Any) -> str:
     if len(title) > MAX_TITLE:
         raise ArgumentError(f"'title' is {len(title)} characters; the limit is {MAX_TITLE}")
     return title
+
+
+def check_session_ttl(value: Any) -> int | None:
+    """An agent's idle-session lifetime: seconds (0: forever) or ``None`` for the server's."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**10:
+        raise ArgumentError(
+            f"'session_ttl_seconds' must be a whole number of seconds (0: keep forever) or null (the "
+            f"server's session.ttl_seconds), got {value!r}"
+        )
+    return value
 
 
 def check_description(description: Any) -> str:
@@ -133,13 +146,17 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
         except ValueError as exc:
             raise ArgumentError(str(exc)) from None
         changes["rate_limits"] = json.dumps(own) if own else None
+    if "session_ttl_seconds" in body:
+        changes["session_ttl_seconds"] = check_session_ttl(body["session_ttl_seconds"])
     text, warnings = None, []
     if body.get("dsl") is not None:
         text, canvas = check_dsl(body["dsl"], limits)
         check_datasets(tenant_id, canvas)
         warnings = list(canvas.warnings)
     if not changes and text is None:
-        raise ArgumentError("nothing to update: give 'title', 'description', 'dsl' and/or 'rate_limits'")
+        raise ArgumentError(
+            "nothing to update: give 'title', 'description', 'dsl', 'rate_limits' and/or 'session_ttl_seconds'"
+        )
     now = now_ms()
     try:
         with write_transaction():
@@ -179,9 +196,8 @@ def delete_agent(tenant_id: str, agent_id: str) -> None:
     with write_transaction():
         get_agent(tenant_id, agent_id)
         MemoryEntry.delete().where(MemoryEntry.agent_id == agent_id).execute()
-        session_ids = Session.select(Session.id).where(Session.agent_id == agent_id)
-        MessageLog.delete().where(MessageLog.session_id.in_(session_ids)).execute()
-        Session.delete().where(Session.agent_id == agent_id).execute()
+        # Its sessions are gone for readers now; their messages go with the next sweep.
+        trash_sessions(Session.select(Session.id).where(Session.agent_id == agent_id))
         AgentVersion.delete().where(AgentVersion.agent_id == agent_id).execute()
         Agent.delete().where(Agent.id == agent_id).execute()
 
@@ -240,6 +256,7 @@ def agent_json(agent: Agent, with_dsl: bool = True) -> dict:
         "canvas_category": "agent_canvas",
         "avatar": None,
         "version_id": agent.version_id,
+        "session_ttl_seconds": agent.session_ttl_seconds,
         "create_time": agent.create_time,
         "create_date": date_of(agent.create_time),
         "update_time": agent.update_time,

@@ -20,6 +20,7 @@ These functions run inside the turn service's one end-of-turn transaction
 from __future__ import annotations
 
 import json
+import zlib
 
 from api.db import MemoryEntry, MessageLog, SessionSnapshot, now_ms
 from api.db.prepared import Prepared
@@ -35,7 +36,7 @@ def kept_snapshot(session_id: str, round_no: int) -> str:
     if round_no < 0:
         raise Conflict(f"session {session_id!r} has no turn to take back yet")
     row = (
-        SessionSnapshot.select(SessionSnapshot.snapshot)
+        SessionSnapshot.select(SessionSnapshot.packed)
         .where((SessionSnapshot.session_id == session_id) & (SessionSnapshot.round == round_no))
         .order_by(SessionSnapshot.id.desc())
         .first()
@@ -45,7 +46,7 @@ def kept_snapshot(session_id: str, round_no: int) -> str:
             f"session {session_id!r} keeps no state from before its last turn: only the last "
             f"session.keep_snapshots turns can be regenerated or undone (0 keeps none)"
         )
-    return row.snapshot
+    return zlib.decompress(bytes(row.packed)).decode("utf-8")
 
 
 def last_request(session_id: str, round_no: int) -> dict:
@@ -74,7 +75,7 @@ def last_request(session_id: str, round_no: int) -> dict:
 # Every turn runs these two: compiled once per database (api.db.prepared).
 _KEEP_SNAPSHOT = Prepared(
     lambda m: SessionSnapshot.insert(
-        session_id=m("session_id"), round=m("round"), snapshot=m("snapshot"), create_time=m("now")
+        session_id=m("session_id"), round=m("round"), packed=m("packed"), create_time=m("now")
     )
 )
 _DROP_OLD_SNAPSHOTS = Prepared(
@@ -85,11 +86,16 @@ _DROP_OLD_SNAPSHOTS = Prepared(
 
 
 def keep_before_turn(session_id: str, round_no: int, snapshot: str, keep: int) -> None:
-    """Keep ``snapshot`` (the state after ``round_no`` turns) and drop the rows past ``keep``."""
+    """Keep ``snapshot`` (the state after ``round_no`` turns) and drop the rows past ``keep``.
+
+    The rows past ``keep`` are dropped every ``keep`` turns (one ``DELETE`` per ``keep``
+    turns, not per turn), so a session holds between ``keep`` and ``2 × keep`` of them.
+    """
     if keep <= 0:
         return
-    _KEEP_SNAPSHOT.execute(session_id=session_id, round=round_no, snapshot=snapshot, now=now_ms())
-    if round_no >= keep:
+    packed = zlib.compress(snapshot.encode("utf-8"), 1)
+    _KEEP_SNAPSHOT.execute(session_id=session_id, round=round_no, packed=packed, now=now_ms())
+    if round_no >= keep and round_no % keep == 0:
         _DROP_OLD_SNAPSHOTS.execute(session_id=session_id, oldest_dropped=round_no - keep)
 
 

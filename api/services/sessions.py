@@ -7,6 +7,7 @@ import json
 from api.db import MessageLog, Session, write_transaction
 from api.errors import ArgumentError
 from api.services.agents import date_of, get_agent
+from api.services.retention import trash_sessions
 from api.services.turns import effective_status, turn_service
 
 ORDER_FIELDS = ("create_time", "update_time")
@@ -126,9 +127,8 @@ def delete_sessions(tenant_id: str, agent_id: str, ids: object) -> tuple[int, li
         for sid in unique:
             if sid not in found:
                 errors.append(f"session {sid!r} of agent {agent_id!r} not found")
-        if found:
-            MessageLog.delete().where(MessageLog.session_id.in_(list(found))).execute()
-            Session.delete().where(Session.id.in_(list(found))).execute()
+        # Gone for readers now; their messages and snapshots go with the next sweep.
+        trash_sessions(list(found))
     return len(found), errors
 
 

@@ -113,6 +113,8 @@ def app_factory(database_url):
         settings = {
             "DATABASE_URL": database_url,
             "CANCEL_POLL_SECONDS": 0.02,
+            # No background sweep: a test sweeps when it means to (tests/api/test_retention.py).
+            "SWEEP_INTERVAL_SECONDS": 0,
             "PARSE_POLL_SECONDS": 0.05,
             "SERVICES": {"gate": threading.Event()},
         }

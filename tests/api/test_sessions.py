@@ -118,7 +118,10 @@ def test_deleting_the_agent_deletes_its_sessions(api: Api):
     api.delete(f"/agents/{agent_id}")
     assert api.get(f"/agents/{agent_id}/sessions/{session_id}").status_code == 404
     from api.db import MessageLog, Session
+    from api.services.retention import RetentionSettings, sweep
 
     with api.app.app_context():
         assert Session.select().where(Session.id == session_id).count() == 0
+        # Its messages go with the sweep.
+        assert sweep(RetentionSettings()).purged == 1
         assert MessageLog.select().where(MessageLog.session_id == session_id).count() == 0

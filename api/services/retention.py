@@ -1,0 +1,309 @@
+"""Retention (DESIGN §15): idle sessions expire, deleted ones are swept, keyed memory ages out.
+
+* **Deleting** a session removes its row at once, so no reader sees it again, and
+  puts its id in ``session_trash`` in the same transaction (:func:`trash_sessions`).
+  What belonged to it — messages, kept snapshots — is removed later by the sweep.
+* **Expiry**: a session idle (``update_time``) for longer than its agent's
+  ``session_ttl_seconds``, or else the server's ``session.ttl_seconds``
+  (``AGENTCANVAS_SESSION_TTL_SECONDS``; 0 = forever), is trashed by the sweep.
+* **Keyed memory** (``memory_key``) lives ``memory.ttl_seconds``
+  (``AGENTCANVAS_MEMORY_TTL_SECONDS``; 0 = forever) from when it was written.
+
+:func:`sweep` does the work in **bounded batches**, each its own short transaction,
+so a running turn is never held up by more than one batch. Only one worker sweeps at
+a time: the one holding the ``sweep`` lease, a :class:`~api.db.WorkerLease` row taken
+and renewed with the same mechanism as a turn's lease (:mod:`api.services.leases`).
+Every server process tries every ``session.sweep_interval_seconds``
+(:class:`Sweeper`); ``agentcanvas sweep [--batch N]`` runs one sweep from cron.
+
+Only SQL that every MySQL-compatible engine accepts: ids are selected with ``LIMIT``
+first and then deleted by id (MySQL refuses ``LIMIT`` inside ``IN (subquery)``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from peewee import JOIN, PeeweeException, Select, fn
+
+from api.db import (
+    Agent,
+    MemoryEntry,
+    MessageLog,
+    Session,
+    SessionSnapshot,
+    SessionTrash,
+    WorkerLease,
+    db,
+    now_ms,
+    write_transaction,
+)
+from api.services.leases import LeaseKeeper, lease_free, new_owner
+
+log = logging.getLogger("agentcanvas.retention")
+
+SWEEP_LEASE = "sweep"
+MAX_BATCH = 10_000
+
+
+@dataclass
+class RetentionSettings:
+    """What the sweep removes and how much at a time (from the app's config)."""
+
+    session_ttl_seconds: int = 0
+    memory_ttl_seconds: int = 0
+    batch: int = 500
+    lease_seconds: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> RetentionSettings:
+        return cls(
+            session_ttl_seconds=int(config["SESSION_TTL_SECONDS"]),
+            memory_ttl_seconds=int(config["MEMORY_TTL_SECONDS"]),
+            batch=int(config["SWEEP_BATCH"]),
+            lease_seconds=float(config["LEASE_SECONDS"]),
+        )
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did: ``expired`` sessions trashed, ``purged`` trashed sessions cleared
+    out (their messages and snapshots gone), ``memory_entries`` removed, ``batches`` run;
+    ``skipped`` when another worker held the sweep lease."""
+
+    expired: int = 0
+    purged: int = 0
+    memory_entries: int = 0
+    batches: int = 0
+    skipped: bool = False
+    expired_ids: set[str] = field(default_factory=set, repr=False)
+    purged_ids: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def removed(self) -> int:
+        """Sessions gone for good in this sweep: expired ones, and deleted ones cleared out."""
+        return len(self.expired_ids | self.purged_ids)
+
+    @property
+    def deleted(self) -> int:
+        """Sessions deleted earlier (through the API) and cleared out in this sweep."""
+        return len(self.purged_ids - self.expired_ids)
+
+    def as_dict(self) -> dict:
+        return {
+            "removed": self.removed,
+            "expired": self.expired,
+            "purged": self.purged,
+            "memory_entries": self.memory_entries,
+            "batches": self.batches,
+            "skipped": self.skipped,
+        }
+
+
+def trash_sessions(session_ids: Select | list[str], now: int | None = None) -> int:
+    """Delete these sessions now and queue what belonged to them for the sweep.
+
+    Call inside the caller's write transaction. ``session_ids`` is a list or a
+    ``SELECT`` of ``Session.id``. Returns how many sessions were deleted.
+    """
+    now = now_ms() if now is None else now
+    ids = session_ids if isinstance(session_ids, list) else [row.id for row in session_ids]
+    if not ids:
+        return 0
+    for start in range(0, len(ids), 1000):
+        part = ids[start : start + 1000]
+        SessionTrash.insert_many(
+            [{"session_id": sid, "deleted_time": now} for sid in part]
+        ).on_conflict_ignore().execute()
+        Session.delete().where(Session.id.in_(part)).execute()
+    return len(ids)
+
+
+def _expired(now: int, settings: RetentionSettings) -> Select:
+    """Sessions idle past their agent's lifetime (the server's when the agent has none),
+    not running a turn."""
+    ttl = fn.COALESCE(Agent.session_ttl_seconds, settings.session_ttl_seconds)
+    return (
+        Session.select(Session.id)
+        .join(Agent, JOIN.LEFT_OUTER, on=(Session.agent_id == Agent.id))
+        # Leases are judged by the real clock, whatever time ``now`` judges idleness by.
+        .where((ttl > 0) & (Session.update_time < now - ttl * 1000) & lease_free(Session, now_ms()))
+    )
+
+
+def _may_expire(settings: RetentionSettings) -> bool:
+    """Whether any session can expire at all (a server lifetime, or an agent's own)."""
+    if settings.session_ttl_seconds > 0:
+        return True
+    return Agent.select().where(Agent.session_ttl_seconds > 0).exists()
+
+
+def _expire(now: int, settings: RetentionSettings, report: SweepReport) -> bool:
+    """Trash one batch of expired sessions; false when there were none."""
+    ids = [row.id for row in _expired(now, settings).order_by(Session.update_time).limit(settings.batch)]
+    if not ids:
+        return False
+    with write_transaction():
+        # Checked again in the transaction: a turn that started meanwhile keeps its session.
+        still = [row.id for row in _expired(now, settings).where(Session.id.in_(ids))]
+        report.expired += trash_sessions(still, now)
+    report.expired_ids.update(still)
+    report.batches += 1
+    return True
+
+
+def _purge(settings: RetentionSettings, report: SweepReport) -> bool:
+    """Remove what one batch of trashed sessions left behind; false when the trash is empty."""
+    ids = [
+        row.session_id
+        for row in SessionTrash.select(SessionTrash.session_id)
+        .order_by(SessionTrash.deleted_time)
+        .limit(settings.batch)
+    ]
+    if not ids:
+        return False
+    with write_transaction():
+        MessageLog.delete().where(MessageLog.session_id.in_(ids)).execute()
+        SessionSnapshot.delete().where(SessionSnapshot.session_id.in_(ids)).execute()
+        SessionTrash.delete().where(SessionTrash.session_id.in_(ids)).execute()
+    report.purged += len(ids)
+    report.purged_ids.update(ids)
+    report.batches += 1
+    return True
+
+
+def _forget_memory(now: int, settings: RetentionSettings, report: SweepReport) -> bool:
+    """Remove one batch of keyed memory older than its lifetime; false when none is left."""
+    if settings.memory_ttl_seconds <= 0:
+        return False
+    cutoff = now - settings.memory_ttl_seconds * 1000
+    ids = [
+        row.id
+        for row in MemoryEntry.select(MemoryEntry.id)
+        .where(MemoryEntry.create_time < cutoff)
+        .order_by(MemoryEntry.create_time)
+        .limit(settings.batch)
+    ]
+    if not ids:
+        return False
+    with write_transaction():
+        report.memory_entries += MemoryEntry.delete().where(MemoryEntry.id.in_(ids)).execute()
+    report.batches += 1
+    return True
+
+
+def _take_lease(owner: str, now: int, lease_ms: int) -> bool:
+    WorkerLease.insert(name=SWEEP_LEASE, lease_owner=None, lease_expires=0).on_conflict_ignore().execute()
+    taken = (
+        WorkerLease.update(lease_owner=owner, lease_expires=now + lease_ms, cancel_requested=False)
+        .where((WorkerLease.name == SWEEP_LEASE) & lease_free(WorkerLease, now))
+        .execute()
+    )
+    return taken == 1
+
+
+def _give_back(owner: str) -> None:
+    WorkerLease.update(lease_owner=None, lease_expires=0).where(
+        (WorkerLease.name == SWEEP_LEASE) & (WorkerLease.lease_owner == owner)
+    ).execute()
+
+
+_keepers: dict[int, LeaseKeeper] = {}
+_keepers_lock = threading.Lock()
+
+
+def _keeper(lease_ms: int) -> LeaseKeeper:
+    """The process's keeper of the sweep lease (one per lease length)."""
+    with _keepers_lock:
+        keeper = _keepers.get(lease_ms)
+        if keeper is None:
+            keeper = _keepers[lease_ms] = LeaseKeeper(WorkerLease, lease_ms, 0.5)
+        return keeper
+
+
+def sweep(
+    settings: RetentionSettings,
+    now: int | None = None,
+    between_batches: Callable[[SweepReport], None] | None = None,
+) -> SweepReport:
+    """One sweep: expired sessions, then the trash, then old keyed memory, batch by batch.
+
+    Args:
+        settings: lifetimes and the batch size.
+        now: the time to judge expiry by, epoch ms (tests pass their own clock).
+        between_batches: called after each batch (tests look at the database there).
+
+    Returns the report; ``skipped`` when another worker holds the sweep lease. Needs
+    an open database connection.
+    """
+    now = now_ms() if now is None else now
+    report = SweepReport()
+    lease_ms = int(settings.lease_seconds * 1000)
+    owner = new_owner()
+    if not _take_lease(owner, now_ms(), lease_ms):
+        report.skipped = True
+        return report
+    keeper = _keeper(lease_ms)
+    stop = keeper.track(owner)
+    try:
+        steps = [lambda: _purge(settings, report), lambda: _forget_memory(now, settings, report)]
+        if _may_expire(settings):
+            steps.insert(0, lambda: _expire(now, settings, report))
+        for step in steps:
+            while not stop.is_set() and step():
+                if between_batches is not None:
+                    between_batches(report)
+        if report.expired:
+            # What the expired sessions left behind goes in this same sweep.
+            while not stop.is_set() and _purge(settings, report):
+                if between_batches is not None:
+                    between_batches(report)
+    finally:
+        keeper.untrack(owner)
+        try:
+            _give_back(owner)
+        except PeeweeException:
+            log.warning("could not give back the sweep lease; it expires by itself")
+    return report
+
+
+class Sweeper:
+    """The background sweep of one server process: every ``interval`` seconds it tries to
+    take the sweep lease and, if it gets it, sweeps (see :func:`sweep`).
+
+    Args:
+        settings: what to sweep.
+        interval: seconds between attempts (0: no background sweep; cron runs
+            ``agentcanvas sweep`` instead).
+    """
+
+    def __init__(self, settings: RetentionSettings, interval: float):
+        self.settings = settings
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.interval <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="agentcanvas-sweeper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                with db.connection_context():
+                    report = sweep(self.settings)
+                if report.batches:
+                    log.info("sweep: %s", report.as_dict())
+            except PeeweeException as exc:
+                log.warning("sweep could not reach the database: %s", exc)
+            except Exception:  # noqa: BLE001 - the sweeper thread must survive one bad sweep
+                log.exception("sweep failed")
