@@ -14,6 +14,7 @@ transaction). The server databases are created if missing.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -103,7 +104,14 @@ class ReconnectingPooledPostgresqlDatabase(_SafeReconnectMixin, PooledPostgresql
 
 
 class WalSqliteDatabase(PooledSqliteDatabase):
-    """Pooled SQLite in WAL mode; write transactions take the write lock up front."""
+    """Pooled SQLite in WAL mode; write transactions take the write lock up front.
+
+    ``write_lock`` lines up this process's writers (see :func:`write_transaction`).
+    """
+
+    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - peewee's signature
+        super().__init__(*args, **kwargs)
+        self.write_lock = threading.RLock()
 
 
 def is_sqlite(database: Database | DatabaseProxy) -> bool:
@@ -266,16 +274,25 @@ def bind_database(database: Database) -> None:
     db.initialize(database)
 
 
+def writer_in_line() -> contextlib.AbstractContextManager:
+    """On SQLite, this process's write lock (for a single write outside
+    :func:`write_transaction`); nothing elsewhere."""
+    return db.obj.write_lock if is_sqlite(db) else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def write_transaction() -> Iterator[None]:
     """One transaction that writes. On SQLite it takes the write lock at ``BEGIN``.
 
     A deferred SQLite transaction that reads first and writes later can fail with
     "database is locked" when another writer got in between; ``BEGIN IMMEDIATE``
-    waits for the lock (busy timeout) instead.
+    waits for the lock (busy timeout) instead. The threads of one process also queue
+    on the database's ``write_lock`` first: a thread that finds SQLite's lock taken
+    sleeps in growing steps (up to 100 ms) before it looks again, while one waiting on
+    the process's lock goes on the moment the writer before it is done.
     """
     if is_sqlite(db):
-        with db.atomic(lock_type="IMMEDIATE"):
+        with writer_in_line(), db.atomic(lock_type="IMMEDIATE"):
             yield
     else:
         with db.atomic():

@@ -46,6 +46,7 @@ from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
+from api.db.database import writer_in_line
 from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
 from api.services import history
@@ -472,9 +473,15 @@ class TurnService:
 
     def _claim(self, row: Session | _SessionRow, task_id: str, canvas: Canvas, owner: str) -> _Claim:
         now = now_ms()
-        claimed = _CLAIM.execute(
-            owner=owner, expires=now + self.lease_ms, task_id=task_id, id=row.id, version=row.version, now=now
-        )
+        with writer_in_line():
+            claimed = _CLAIM.execute(
+                owner=owner,
+                expires=now + self.lease_ms,
+                task_id=task_id,
+                id=row.id,
+                version=row.version,
+                now=now,
+            )
         if claimed != 1:
             raise _busy(row.id)
         # A resumed turn carries the usage of its paused part, already counted.
