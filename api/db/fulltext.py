@@ -39,11 +39,12 @@ from dataclasses import dataclass
 from peewee import Database, fn
 
 from agent.search_tokens import bm25, bm25_reference, query_terms, tokenize
-from api.db.database import db, is_postgres, is_sqlite
+from api.db.database import db, insert_rows, is_postgres, is_sqlite
 from api.db.models import FullTextEntry
 
 #: Items added per INSERT statement.
 BATCH = 500
+_COLUMNS = ("scope", "group_id", "item_id", "length", "terms")
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ class _Backend:
         raise NotImplementedError
 
     def insert(self, rows: list[dict]) -> None:
-        FullTextEntry.insert_many(rows).execute()
+        insert_rows("fulltext_entry", _COLUMNS, [tuple(r[c] for c in _COLUMNS) for r in rows])
 
     def delete(self, where) -> None:  # noqa: ANN001 - a peewee expression
         FullTextEntry.delete().where(where).execute()
@@ -178,16 +179,14 @@ class _Sqlite(_Backend):
         )
 
     def insert(self, rows: list[dict]) -> None:
-        # RETURNING is not on every SQLite this may meet: insert one by one and read the ids.
-        for row in rows:
-            cursor = db.execute_sql(
-                "INSERT INTO fulltext_entry (scope, group_id, item_id, length, terms) VALUES (?, ?, ?, ?, ?)",
-                (row["scope"], row["group_id"], row["item_id"], row["length"], row["terms"]),
-            )
-            db.execute_sql(
-                "INSERT INTO fulltext_fts (rowid, scope, group_id, terms) VALUES (?, ?, ?, ?)",
-                (cursor.lastrowid, row["scope"], row["group_id"], row["terms"]),
-            )
+        super().insert(rows)
+        # External content: tell FTS5 about the new rows (item ids are unique in a scope).
+        marks = ", ".join("?" * len(rows))
+        db.execute_sql(
+            "INSERT INTO fulltext_fts (rowid, scope, group_id, terms) SELECT id, scope, group_id, terms "
+            f"FROM fulltext_entry WHERE scope = ? AND item_id IN ({marks})",
+            (rows[0]["scope"], *(r["item_id"] for r in rows)),
+        )
 
     def delete(self, where) -> None:  # noqa: ANN001
         rows = list(

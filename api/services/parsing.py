@@ -39,6 +39,7 @@ from agent import docparse
 from agent.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_DELIMITER, naive_chunks, token_count
 from agent.errors import LLMError
 from api.db import Chunk, Dataset, Document, db, new_id, now_ms, write_transaction
+from api.db.database import insert_rows
 from api.errors import ArgumentError
 from api.services import datasets
 from api.services.datasets import CHUNKS, KnowledgeLimits
@@ -49,6 +50,20 @@ log = logging.getLogger("agentcanvas.parsing")
 
 #: Chunks stored per transaction (and between looks at the cancel flag).
 BATCH = 64
+_CHUNK_COLUMNS = (
+    "id",
+    "dataset_id",
+    "document_id",
+    "chunk_index",
+    "content",
+    "important_keywords",
+    "questions",
+    "available",
+    "token_count",
+    "embedding",
+    "create_time",
+    "update_time",
+)
 MAX_MESSAGE = 2000
 
 
@@ -325,28 +340,27 @@ class ParseWorkers:
         progress: float,
     ) -> None:
         now = now_ms()
-        rows = []
-        for i, text in enumerate(texts):
-            rows.append(
-                {
-                    "id": new_id(),
-                    "dataset_id": ds.id,
-                    "document_id": doc.id,
-                    "chunk_index": start + i,
-                    "content": text,
-                    "important_keywords": "[]",
-                    "questions": "[]",
-                    "available": True,
-                    "token_count": token_count(text),
-                    "embedding": datasets.pack_vector(vectors[i]) if vectors else None,
-                    "create_time": now,
-                    "update_time": now,
-                }
+        rows = [
+            (
+                new_id(),
+                ds.id,
+                doc.id,
+                start + i,
+                text,
+                "[]",
+                "[]",
+                True,
+                token_count(text),
+                datasets.pack_vector(vectors[i]) if vectors else None,
+                now,
+                now,
             )
+            for i, text in enumerate(texts)
+        ]
         with write_transaction():
             self._advance(doc.id, owner, progress)
-            Chunk.insert_many(rows).execute()
-            CHUNKS.add(ds.id, [(r["id"], r["content"]) for r in rows])
+            insert_rows("chunk", _CHUNK_COLUMNS, rows)
+            CHUNKS.add(ds.id, [(r[0], r[4]) for r in rows])
 
     def _finish(self, document_id: str, owner: str, seconds: float, chunks: int) -> None:
         with write_transaction():
