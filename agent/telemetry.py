@@ -14,7 +14,7 @@ metrics library and of ``api``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
@@ -32,16 +32,25 @@ def observe_llm_calls(observer: LLMObserver) -> None:
         _llm_observers.append(observer)
 
 
-@contextlib.contextmanager
-def node_span(component_id: str, component_type: str) -> Iterator[None]:
-    """The span of one component run (current while it runs, so LLM calls nest in it)."""
-    with tracer.start_as_current_span(
+def tracing_enabled() -> bool:
+    """Whether this process installed a tracer provider (before that, spans record nothing)."""
+    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def node_span(component_id: str, component_type: str) -> contextlib.AbstractContextManager:
+    """The span of one component run (current while it runs, so LLM calls nest in it).
+
+    Nothing at all while tracing is off: even a no-op span, made current, costs a
+    turn of a few components more than its database read.
+    """
+    if not tracing_enabled():
+        return contextlib.nullcontext()
+    return tracer.start_as_current_span(
         f"node {component_id}",
         attributes={"agentcanvas.component_id": component_id, "agentcanvas.component_type": component_type},
         record_exception=False,
         set_status_on_exception=False,
-    ):
-        yield
+    )
 
 
 class LLMCall:

@@ -35,6 +35,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from opentelemetry import trace
+
 from agent import telemetry as agent_telemetry
 
 log = logging.getLogger("agentcanvas.turns")
@@ -163,7 +165,11 @@ def observe_turn(session_id: str, task_id: str, agent_id: str) -> Iterator[dict]
     }
     try:
         with (
-            agent_telemetry.tracer.start_as_current_span("turn", attributes=attributes) as span,
+            (
+                agent_telemetry.tracer.start_as_current_span("turn", attributes=attributes)
+                if agent_telemetry.tracing_enabled()
+                else contextlib.nullcontext(trace.INVALID_SPAN)
+            ) as span,
             log_context(task_id=task_id, session_id=session_id),
         ):
             yield seen
