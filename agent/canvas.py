@@ -216,6 +216,9 @@ class Canvas:
         # Keyed-memory writes of this turn {(node_id, key): [entries]}; the host
         # commits them with the turn (agent/memory.py). Never part of the snapshot.
         self.memory_writes: dict = {}
+        # Ids of the RAGFlow Memories a Message asked this turn's exchange to be saved
+        # into (its ``memory_ids``); the host saves it after a successful turn.
+        self.memory_saves: list[str] = []
         self.globals: dict = dsl["globals"]
         self._default_globals()
         self._restore_component_state(dsl.get("state") or {})
@@ -423,6 +426,7 @@ class Canvas:
         self.retrieval = []
         self.memory = {}
         self.memory_writes = {}
+        self.memory_saves = []
         self.turn = None
         keep = {
             k: v
@@ -801,6 +805,7 @@ class Canvas:
         started = time.monotonic()
         self.deadline = Deadline(self.limits.max_seconds, cancelled=self._cancel_requested)
         self.memory_writes = {}
+        self.memory_saves = []
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
             self._take_files(accepted, self.components["begin"].form() if accepted else {}, files or [])
@@ -973,6 +978,7 @@ class Canvas:
         turn = self.turn
         self._restore_runtime_state(before)
         self.memory_writes = {}  # a failed turn commits no keyed memory either
+        self.memory_saves = []
         paused_turn, self.turn = self.turn, turn
         try:
             data = {

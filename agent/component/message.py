@@ -24,8 +24,16 @@ class MessageParam(ComponentParamBase):
         super().__init__()
         self.content: list[str] | str = []
         self.stream = True
+        # RAGFlow's "save to memory": the turn's question and answer go into these Memories.
+        self.memory_ids: list[str] = []
 
     def check(self) -> None:
+        if self.memory_ids is None:
+            self.memory_ids = []
+        if not isinstance(self.memory_ids, list) or not all(
+            isinstance(m, str) and m for m in self.memory_ids
+        ):
+            raise ValueError(f"memory_ids must be a list of Memory ids, got {self.memory_ids!r}")
         if isinstance(self.content, str):
             self.content = [self.content]
         if not isinstance(self.content, list) or not all(isinstance(c, str) for c in self.content):
@@ -38,6 +46,9 @@ class Message(ComponentBase):
     param_class = MessageParam
 
     def _invoke(self, **kwargs) -> Iterator[str] | None:
+        for memory_id in self._param.memory_ids:
+            if memory_id not in self._canvas.memory_saves:
+                self._canvas.memory_saves.append(memory_id)
         options = self._param.content
         if not options:
             self.set_output("content", "")

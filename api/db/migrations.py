@@ -40,6 +40,7 @@ from api.db.models import (
     Document,
     DocumentPiece,
     FilePiece,
+    Memory,
     MemoryEntry,
     MessageLog,
     RateLimitCounter,
@@ -110,6 +111,20 @@ def _pack_kept_states(database: Database) -> None:
     database.execute_sql("DROP TABLE IF EXISTS session_snapshot")
 
 
+def _add_memories(database: Database) -> None:
+    Memory.create_table(safe=True)
+    _add_columns(
+        database,
+        MemoryEntry._meta.table_name,
+        {
+            "memory_id": CharField(max_length=32, null=True),
+            "status": BooleanField(default=True),
+            "source_id": BigIntegerField(default=0),
+        },
+    )
+    _add_index(database, MemoryEntry, ("memory_id", "id"))
+
+
 def _create_memory_entry(database: Database) -> None:
     MemoryEntry.create_table(safe=True)
 
@@ -155,6 +170,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (8, "documents keep their bytes as file pieces; document_piece dropped", _move_document_pieces),
     (9, "rate_limit_counter, agent.rate_limits: rate limits shared by the workers", _add_rate_limits),
     (10, "kept session states compressed (session_state replaces session_snapshot)", _pack_kept_states),
+    (11, "memory (RAGFlow's Memory); memory_entry.memory_id, status, source_id", _add_memories),
 ]
 
 

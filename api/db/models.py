@@ -211,6 +211,12 @@ class MemoryEntry(BaseModel):
     # The turn that wrote the entry: an undo or a regenerate of that turn takes it back.
     session_id = CharField(max_length=32, null=True)
     round = IntegerField(null=True)
+    # A message of a RAGFlow Memory (api.services.memories) rather than keyed node memory:
+    # ``role`` is its message type (raw, semantic, episodic, procedural), ``memory_key``
+    # its user id, ``node_id`` empty; ``status`` false keeps it out of searches.
+    memory_id = CharField(max_length=32, null=True)
+    status = BooleanField(default=True)
+    source_id = BigIntegerField(default=0)
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:
@@ -218,7 +224,36 @@ class MemoryEntry(BaseModel):
             (("tenant_id", "agent_id", "key_hash", "node_id", "id"), False),
             (("session_id", "round"), False),
             (("create_time",), False),
+            (("memory_id", "id"), False),
         )
+
+
+class Memory(BaseModel):
+    """A long-term Memory as RAGFlow has it (``/memories``): where saved conversations and
+    what its LLM extracts from them are kept (as :class:`MemoryEntry` rows, see
+    :mod:`api.services.memories`). ``memory_type`` is a JSON list of raw, semantic,
+    episodic, procedural; ``memory_size`` caps its messages' bytes (FIFO forgetting)."""
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    name = CharField(max_length=128)
+    avatar = TextField(default="")
+    description = TextField(default="")
+    memory_type = TextField(default='["raw"]')
+    storage_type = CharField(max_length=16, default="table")
+    embd_id = CharField(max_length=255, default="")
+    llm_id = CharField(max_length=255, default="")
+    permissions = CharField(max_length=16, default="me")
+    memory_size = BigIntegerField(default=5 * 1024 * 1024)
+    forgetting_policy = CharField(max_length=16, default="FIFO")
+    temperature = FloatField(default=0.5)
+    system_prompt = TextField(default="")
+    user_prompt = TextField(default="")
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "create_time"), False),)
 
 
 class SessionSnapshot(BaseModel):
@@ -445,6 +480,7 @@ ALL_MODELS = (
     SessionSnapshot,
     SessionTrash,
     WorkerLease,
+    Memory,
     Dataset,
     Document,
     Chunk,

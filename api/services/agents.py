@@ -195,7 +195,10 @@ def delete_agent(tenant_id: str, agent_id: str) -> None:
     """Delete the agent with its versions, sessions, their message logs and its keyed memory."""
     with write_transaction():
         get_agent(tenant_id, agent_id)
-        MemoryEntry.delete().where(MemoryEntry.agent_id == agent_id).execute()
+        # Its keyed memory; what it saved into a tenant's Memory (memory_id) stays there.
+        MemoryEntry.delete().where(
+            (MemoryEntry.agent_id == agent_id) & MemoryEntry.memory_id.is_null()
+        ).execute()
         # Its sessions are gone for readers now; their messages go with the next sweep.
         trash_sessions(Session.select(Session.id).where(Session.agent_id == agent_id))
         AgentVersion.delete().where(AgentVersion.agent_id == agent_id).execute()

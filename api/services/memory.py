@@ -83,6 +83,7 @@ class DatabaseMemoryStore:
             (MemoryEntry.tenant_id == self.tenant_id)
             & (MemoryEntry.agent_id == self.agent_id)
             & (MemoryEntry.key_hash == key_hash(key))
+            & MemoryEntry.memory_id.is_null()  # not a RAGFlow Memory's message
         )
 
     def load(self, node_id: str, key: str, limit: int = MAX_WINDOW) -> list[dict]:

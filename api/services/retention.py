@@ -184,7 +184,7 @@ def _forget_memory(now: int, settings: RetentionSettings, report: SweepReport) -
     ids = [
         row.id
         for row in MemoryEntry.select(MemoryEntry.id)
-        .where(MemoryEntry.create_time < cutoff)
+        .where((MemoryEntry.create_time < cutoff) & MemoryEntry.memory_id.is_null())
         .order_by(MemoryEntry.create_time)
         .limit(settings.batch)
     ]

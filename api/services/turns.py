@@ -49,7 +49,7 @@ from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.database import writer_in_line
 from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
-from api.services import history
+from api.services import history, memories
 from api.services import variables as variables_service
 from api.services.agents import get_agent
 from api.services.files import FileSettings, TurnFiles
@@ -197,6 +197,8 @@ class TurnService:
         self.file_settings = FileSettings.from_config(config)
         self.max_transcript_bytes = int(config["MAX_TRANSCRIPT_BYTES"])
         self.keep_snapshots = int(config["KEEP_SNAPSHOTS"])
+        # Extracts what RAGFlow Memories keep beyond raw messages, after the turn.
+        self.extractor = memories.Extractor((config.get("SETTINGS") or {}).get("llm") or {})
         # The runtime reads its LLM and Invoke settings from these services when given
         # (else it reads conf/ itself, once per canvas): hand it the app's, already
         # layered with the environment and the app's config.
@@ -624,6 +626,20 @@ class TurnService:
             if snapshot is not None and canvas.memory_writes:
                 # Keyed memory is part of the turn: committed with it or not at all.
                 _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
+            exchange, saved = None, []
+            if result.status == "succeeded" and canvas.memory_saves:
+                # RAGFlow's "save to memory" (a Message's memory_ids): the raw exchange now.
+                exchange = {
+                    "agent_id": req.agent_id,
+                    "session_id": claim.session_id,
+                    "user_id": req.user_id or req.end_user or "",
+                    "user_input": req.query or "",
+                    "agent_response": result.answer,
+                }
+                saved = memories.save_exchange(req.tenant_id, canvas.memory_saves, exchange, strict=False)
+        if saved:
+            # What the Memories' LLMs extract comes after, outside the turn's latency.
+            self.extractor.submit(req.tenant_id, saved, exchange)
         return result
 
     # ------------------------------------------------------------------ other writes
