@@ -200,7 +200,18 @@ def _completion(turn: Turn, query: str, model: str) -> ResponseReturnValue:
     }
     if form:
         reply["user_inputs"] = form
+    reference = _reference_of(result)
+    if reference:
+        reply["choices"][0]["message"]["reference"] = reference
     return jsonify(reply), 200
+
+
+def _reference_of(result: TurnResult) -> dict | None:
+    """The cited chunks of a finished turn (``message_end``'s ``reference``), where RAGFlow
+    puts them in OpenAI shapes: ``message.reference``, or the last chunk's ``delta.reference``."""
+    if result.status != "succeeded":
+        return None
+    return (result.final_event.get("data") or {}).get("reference") or None
 
 
 def _chunks(turn: Turn, query: str, model: str, include_usage: bool) -> Iterator[str]:
@@ -237,7 +248,10 @@ def _chunks(turn: Turn, query: str, model: str, include_usage: bool) -> Iterator
             tips = ("\n\n" if parts else "") + form["tips"]
             parts.append(tips)
             yield chunk({"content": tips})
-        yield chunk({}, "stop", **({"user_inputs": form} if form else {}))
+        reference = _reference_of(result)
+        yield chunk(
+            {"reference": reference} if reference else {}, "stop", **({"user_inputs": form} if form else {})
+        )
         if include_usage:
             yield _frame(
                 {

@@ -673,6 +673,7 @@
     }
     if (event.event === "message_end") {
       if (!reply.bubble.textContent && data.content) appendText(reply, data.content);
+      showSources(reply, data.reference || event.reference);
       return true;
     }
     if (event.event === "user_inputs") {
@@ -695,6 +696,40 @@
       return true;
     }
     return false;
+  }
+
+  // ------------------------------------------------------------------ sources
+  // The chunks an answer cites ([ID:n] markers) come with message_end as its
+  // reference: listed under the answer, the document's name and the cited passage.
+  var SOURCE_EXCERPT_CHARS = 240;
+
+  function showSources(reply, reference) {
+    var old = reply.item.querySelector(".sources");
+    if (old) old.remove();
+    var chunks = (reference && reference.chunks) || [];
+    if (!chunks.length) return;
+    var box = document.createElement("details");
+    box.className = "sources";
+    var summary = document.createElement("summary");
+    summary.textContent = chunks.length === 1 ? "1 source" : chunks.length + " sources";
+    box.appendChild(summary);
+    var list = document.createElement("ol");
+    chunks.forEach(function (chunk) {
+      var item = document.createElement("li");
+      var name = document.createElement("strong");
+      name.textContent = chunk.document_name || chunk.docnm_kwd || "Document";
+      var excerpt = document.createElement("span");
+      var text = String(chunk.content || "").replace(/\s+/g, " ").trim();
+      if (text.length > SOURCE_EXCERPT_CHARS) text = text.slice(0, SOURCE_EXCERPT_CHARS - 1) + "…";
+      excerpt.textContent = text;
+      item.appendChild(name);
+      item.appendChild(document.createTextNode(": "));
+      item.appendChild(excerpt);
+      list.appendChild(item);
+    });
+    box.appendChild(list);
+    reply.item.appendChild(box);
+    scrollToEnd();
   }
 
   function showPendingForm(anchor, fields) {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import Api, dsl_of, make_token
+from tests.api.conftest import Api, dsl_of, make_token, parse_sse
 from tests.api.test_datasets import parsed_dataset
 from tests.llm_server import LLMServer
 
@@ -179,3 +179,19 @@ def test_unsupported_params_are_refused_at_save(api: Api, params, fix):
 def test_empty_kb_ids_load_with_a_warning(api: Api):
     resp = api.post("/agents", json={"title": "t", "dsl": dsl_of({"Retrieval:Find": ("Retrieval", {}, [])})})
     assert resp.status_code == 200
+
+
+def test_openai_endpoint_carries_the_reference(api: Api):
+    ds, ids = parsed_dataset(api)
+    agent = api.create_agent(retrieval_llm_dsl([ds]))
+    body = {"model": "x", "messages": [{"role": "user", "content": "知识库"}]}
+    resp = api.post(f"/agents_openai/{agent}/chat/completions", json=body)
+    message = resp.json["choices"][0]["message"]
+    assert message["content"].endswith("[ID:0]")
+    assert [c["document_id"] for c in message["reference"]["chunks"]] == [ids[1]]
+    streamed = api.post(f"/agents_openai/{agent}/chat/completions", json={**body, "stream": True})
+    frames = [
+        f for f in parse_sse(streamed.get_data(as_text=True).replace("data: ", "data:")) if f != "[DONE]"
+    ]
+    last = next(f for f in frames if f["choices"] and f["choices"][0]["finish_reason"] == "stop")
+    assert last["choices"][0]["delta"]["reference"] == message["reference"]
