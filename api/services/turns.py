@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 from flask import current_app
 from peewee import PeeweeException
 
+from agent import jsonio
 from agent.canvas import Canvas
 from agent.errors import SnapshotTooLarge
 from api import telemetry
@@ -925,7 +926,7 @@ def _log_rows(
             "role": "user",
             "content": req.query or "",
             "message_id": message_id,
-            "meta": json.dumps(user_meta, ensure_ascii=False, default=str) if user_meta else None,
+            "meta": jsonio.dumps(user_meta) if user_meta else None,
             "create_time": now,
         },
         {
@@ -934,7 +935,7 @@ def _log_rows(
             "role": "assistant",
             "content": assistant,
             "message_id": message_id,
-            "meta": json.dumps(assistant_meta, ensure_ascii=False, default=str) if assistant_meta else None,
+            "meta": jsonio.dumps(assistant_meta) if assistant_meta else None,
             "create_time": now,
         },
     ]
