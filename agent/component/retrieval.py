@@ -19,8 +19,10 @@ chunk list). The chunks are added to the turn's references (see
 
 Searching is the host's: ``canvas.services["retriever"]`` must have
 ``retrieve(kb_ids, query, top_n=, similarity_threshold=, vector_similarity_weight=,
-top_k=) -> {"chunks", "doc_aggs"}`` and see only the datasets of the agent's
-tenant (the API server gives one; a bare ``Canvas`` has none and says so).
+top_k=, deadline=) -> {"chunks", "doc_aggs"}`` — ``deadline`` is the turn's
+(:mod:`agent.deadline`), which every wait of the search obeys — and see only the
+datasets of the agent's tenant (the API server gives one; a bare ``Canvas`` has none
+and says so).
 Usable as a component and as an Agent tool (the model passes ``query``).
 """
 
@@ -32,7 +34,7 @@ from typing import Any
 
 from agent.component import register
 from agent.component.base import ComponentBase, ComponentParamBase
-from agent.errors import Cancelled
+from agent.errors import Cancelled, LimitError
 from agent.refs import parse_ref, to_text
 
 DEFAULT_DESCRIPTION = "Search the knowledge bases (datasets) for passages relevant to the query."
@@ -169,11 +171,13 @@ class Retrieval(ComponentBase):
                 similarity_threshold=self._param.similarity_threshold,
                 vector_similarity_weight=1 - self._param.keywords_similarity_weight,
                 top_k=self._param.top_k,
+                deadline=self._canvas.deadline,
             )
-        except Cancelled:
+        except (Cancelled, LimitError):
             raise
         except Exception as e:  # noqa: BLE001 - the host's error, with its own message
             raise self.fail(str(e) or type(e).__name__, retryable=False) from None
+        self._canvas.deadline.check()
         chunks = list(found.get("chunks") or [])
         if not chunks:
             return None

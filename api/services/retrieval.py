@@ -22,6 +22,7 @@ import math
 import re
 from collections import Counter
 
+from agent.deadline import Deadline
 from agent.errors import LLMError
 from agent.llm.client import ChatClient
 from agent.llm.config import resolve_model
@@ -41,12 +42,15 @@ class EmbeddingError(ApiError):
 
 
 def embedder(llm_settings: dict | None, batch: int = 32):  # noqa: ANN201 - a callable
-    """``embed(dataset, texts) -> vectors | None``: ``None`` when the dataset has no model."""
+    """``embed(dataset, texts, deadline=None) -> vectors | None``: ``None`` when the dataset
+    has no model; a turn passes its deadline, so the wait obeys the turn's budget and cancel."""
 
-    def embed(ds: Dataset, texts: list[str]) -> list[list[float]] | None:
+    def embed(ds: Dataset, texts: list[str], deadline: Deadline | None = None) -> list[list[float]] | None:
         if not ds.embedding_model or not texts:
             return None
-        client = ChatClient(resolve_model(ds.embedding_model, llm_settings or {}), who=f"dataset {ds.name!r}")
+        config = resolve_model(ds.embedding_model, llm_settings or {})
+        extra = {} if deadline is None else {"deadline": deadline, "sleep": deadline.sleep}
+        client = ChatClient(config, who=f"dataset {ds.name!r}", **extra)
         vectors: list[list[float]] = []
         for start in range(0, len(texts), batch):
             vectors.extend(client.embed(texts[start : start + batch]))
@@ -113,6 +117,7 @@ class Retriever:
         similarity_threshold: float = 0.2,
         vector_similarity_weight: float = 0.3,
         top_k: int = 1024,
+        deadline: Deadline | None = None,
     ) -> dict:
         """What the Retrieval component calls: ids or names of this tenant's datasets."""
         return self.search(
@@ -122,6 +127,7 @@ class Retriever:
             similarity_threshold=similarity_threshold,
             vector_similarity_weight=vector_similarity_weight,
             top_k=top_k,
+            deadline=deadline,
         )
 
     def search_request(self, body: dict) -> dict:
@@ -181,8 +187,11 @@ class Retriever:
         top_k: int = 1024,
         keyword: bool = False,
         highlight: bool = False,
+        deadline: Deadline | None = None,
     ) -> dict:
-        """``{chunks, doc_aggs, total}`` for ``question`` in this tenant's ``dataset_ids``."""
+        """``{chunks, doc_aggs, total}`` for ``question`` in this tenant's ``dataset_ids``.
+
+        ``deadline``: a turn's; the question's embedding waits no longer than it allows."""
         rows = list(
             Dataset.select().where(Dataset.id.in_(dataset_ids) & (Dataset.tenant_id == self.tenant_id))
         )
@@ -203,7 +212,7 @@ class Retriever:
         weight = vector_similarity_weight if model_ds is not None else 0.0
         if model_ds is not None:
             try:
-                query_vector = self.embed(model_ds, [question])[0]
+                query_vector = self.embed(model_ds, [question], deadline)[0]
             except LLMError as exc:
                 raise EmbeddingError(f"the question could not be embedded: {exc}") from None
             scan = Chunk.select(Chunk.id, Chunk.embedding).where(Chunk.dataset_id.in_(dataset_ids))

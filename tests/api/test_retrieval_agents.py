@@ -15,7 +15,7 @@ import pytest
 
 from tests.api.conftest import Api, dsl_of, make_token, parse_sse
 from tests.api.test_datasets import parsed_dataset
-from tests.llm_server import LLMServer
+from tests.llm_server import LLMServer, Reply
 
 STARTER = (
     Path(__file__).resolve().parents[1] / "data" / "ragflow_templates" / "your_starter_dataset_chatbot.json"
@@ -195,3 +195,27 @@ def test_openai_endpoint_carries_the_reference(api: Api):
     ]
     last = next(f for f in frames if f["choices"] and f["choices"][0]["finish_reason"] == "stop")
     assert last["choices"][0]["delta"]["reference"] == message["reference"]
+
+
+def test_vector_search_mixes_scores_and_its_wait_obeys_the_turn_deadline(app_factory, llm: LLMServer):
+    app = app_factory(SETTINGS={"llm": llm.settings(max_retries=0)}, LIMITS={"max_seconds": 1})
+    api = Api(app, make_token(app))
+    resp = api.post("/datasets", json={"name": "vectors", "embedding_model": llm.model})
+    ds = resp.json["data"]["id"]
+    from tests.api.test_datasets import MD, upload, wait_parsed
+
+    doc = upload(api, ds, ("guide.md", MD)).json["data"][0]["id"]
+    api.post(f"/datasets/{ds}/chunks", json={"document_ids": [doc]})
+    assert wait_parsed(api, ds, [doc])[doc]["run"] == "DONE"
+    assert any(r["path"].endswith("/embeddings") for r in llm.requests)
+    found = api.post("/retrieval", json={"question": "parsed in the background", "dataset_ids": [ds]}).json[
+        "data"
+    ]
+    top = found["chunks"][0]
+    assert top["vector_similarity"] > 0 and top["term_similarity"] > 0
+    assert abs(top["similarity"] - (0.7 * top["term_similarity"] + 0.3 * top["vector_similarity"])) < 1e-5
+
+    agent = api.create_agent(retrieval_llm_dsl([ds]))
+    llm.queue(Reply(delay=30))  # the question's embedding never comes in time
+    resp = api.ask(agent, None, "parsing")
+    assert resp.status_code >= 400 and "max_seconds" in resp.json["message"], resp.json
