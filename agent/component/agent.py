@@ -15,8 +15,9 @@ sees of a tool, and how a call runs:
   spec's ``description`` (or its params' ``description``) and free-form arguments;
 * the call's arguments are passed as keyword arguments to the tool's ``invoke()``;
 * the result sent back to the model is what the tool's ``tool_result()`` gives, if it
-  has one (Retrieval: its knowledge blocks), else its ``content`` output, or else all
-  its outputs as JSON. A tool that fails sends back ``error: <message>`` so the model can
+  has one and it gives text (Retrieval: its knowledge blocks; a web search: its
+  ``formalized_content``), else its ``content`` output, or else all its outputs as
+  JSON. A tool that fails sends back ``error: <message>`` so the model can
   recover; every call is listed in the Agent's ``tool_calls`` output.
 
 An Agent is itself usable as a tool (another Agent's): it takes ``user_prompt``,
@@ -196,10 +197,11 @@ def _run_tool(tool: ComponentBase, arguments: dict) -> str:
     if chunks is not None:
         return "".join(chunks)
     outputs = tool.outputs
-    if callable(getattr(tool, "tool_result", None)) and not outputs.get("_ERROR"):
-        return tool.tool_result()
     if outputs.get("_ERROR"):
         return f"error: {outputs['_ERROR']}"
+    own = tool.tool_result() if callable(getattr(tool, "tool_result", None)) else None
+    if own is not None:
+        return own
     content = outputs.get("content")
     if isinstance(content, LazyText):
         return content.text

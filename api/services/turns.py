@@ -206,7 +206,7 @@ class TurnService:
         settings = config.get("SETTINGS") or {}
         self.services: dict[str, Any] = {
             name: settings[section]
-            for name, section in (("llm_settings", "llm"), ("invoke", "invoke"))
+            for name, section in (("llm_settings", "llm"), ("invoke", "invoke"), ("tools", "tools"))
             if isinstance(settings.get(section), dict)
         }
         self.services.update(config.get("SERVICES") or {})
