@@ -309,3 +309,22 @@ def require_text(component: ComponentBase, name: str, value: Any) -> str:
             f"{component.id}: {name} must be text, got {type(value).__name__}", retryable=False
         )
     return str(value)
+
+
+def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """A Markdown table (the layout of RAGFlow's ``DataFrame.to_markdown``)."""
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "|".join(":---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        text = "; ".join(map(str, value))
+    elif isinstance(value, dict):
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")

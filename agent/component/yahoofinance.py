@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.component import register
-from agent.component.tool import ToolComponent, ToolParam, require_text
+from agent.component.tool import ToolComponent, ToolParam, markdown_table, require_text
 
 _SECTIONS = (
     "info",
@@ -71,25 +71,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _cell(value: Any) -> str:
-    value = _plain(value)
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return "; ".join(map(str, value)) if isinstance(value, list) else str(value)
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
 def _title(key: str) -> str:
     """``totalAssets`` → ``Total Assets`` (the row names yfinance gives)."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key)
     return spaced[:1].upper() + spaced[1:]
-
-
-def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(":---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _statements(statements: list[dict]) -> str:
@@ -98,7 +83,7 @@ def _statements(statements: list[dict]) -> str:
     items: list[str] = []
     for s in statements:
         items += [k for k in s if k not in ("endDate", "maxAge") and k not in items]
-    rows = [[_title(item), *(s.get(item) for s in statements)] for item in items]
+    rows = [[_title(item), *(_plain(s.get(item)) for s in statements)] for item in items]
     return markdown_table(["", *dates], rows)
 
 
@@ -159,13 +144,14 @@ class YahooFinance(ToolComponent):
             info = {}
             for module in ("assetProfile", "summaryDetail", "price"):
                 info.update({k: v for k, v in (summary.get(module) or {}).items() if not isinstance(v, list)})
-            sections.append("# Information:\n" + markdown_table(["", "0"], [[k, v] for k, v in info.items()]))
+            rows = [[k, _plain(v)] for k, v in info.items()]
+            sections.append("# Information:\n" + markdown_table(["", "0"], rows))
         if p.history:
             sections.append("# History:\n" + self._history(code))
         if p.financials:
             calendar = (summary.get("calendarEvents") or {}).get("earnings") or {}
             rows = [
-                [_title(k), _cell([_date(x) for x in v] if isinstance(v, list) else v)]
+                [_title(k), [_date(x) for x in v] if isinstance(v, list) else _plain(v)]
                 for k, v in calendar.items()
             ]
             sections.append("# Calendar:\n" + markdown_table(["", "0"], rows))
