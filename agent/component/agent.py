@@ -30,12 +30,14 @@ import json
 import re
 from typing import Any
 
+from agent import mcp, net
 from agent.component import component_class, register
 from agent.component.base import ComponentBase, checked_param
 from agent.component.llm import LLM, LLMParam
-from agent.errors import Cancelled, DSLError, FormPause, LimitError
+from agent.errors import Cancelled, ComponentError, DSLError, FormPause, LimitError
 from agent.llm.client import ToolCall, tool_arguments
 from agent.refs import to_text
+from agent.settings import load_settings
 from agent.stream import LazyText
 
 MAX_ROUNDS_LIMIT = 50
@@ -77,9 +79,14 @@ class AgentParam(LLMParam):
                     f"mcp[{i}] (server {entry['mcp_id']!r}) selects no tools; it offers the model nothing"
                 )
                 continue
-            kept.append(entry)
-        if kept:
-            raise ValueError("mcp tools are not supported; remove 'mcp' or use components as tools")
+            tools = entry["tools"]
+            if isinstance(tools, list):
+                tools = {str(t): {} for t in tools}
+            if not isinstance(tools, dict) or not all(isinstance(m, dict) for m in tools.values()):
+                raise ValueError(
+                    f"mcp[{i}] tools must be an object of tool name: definition (or a list of names), got {tools!r}"
+                )
+            kept.append({**entry, "tools": tools})
         self.mcp = kept
 
 
@@ -94,6 +101,14 @@ class Agent(LLM):
         self._tool_specs: list[dict] = []
         for i, spec in enumerate(param.tools):
             self._add_tool(i, spec)
+        # MCP tools: exposed name -> (mcp_id, the server's tool name, its definition).
+        self._mcp_tools: dict[str, tuple[str, str, dict]] = {}
+        for entry in param.mcp:
+            for tool_name, meta in entry["tools"].items():
+                name = re.sub(r"[^A-Za-z0-9_-]", "_", str(tool_name))[:60] or "mcp_tool"
+                while name in self._tools or name in self._mcp_tools:
+                    name = f"{name}_"
+                self._mcp_tools[name] = (entry["mcp_id"], str(tool_name), meta)
 
     def _add_tool(self, i: int, spec: dict) -> None:
         kind = spec["component_name"]
@@ -133,7 +148,56 @@ class Agent(LLM):
         return super().cites_knowledge() or any(t.component_name == "Retrieval" for t in self._tools.values())
 
     def tool_specs(self) -> list[dict]:
-        return list(self._tool_specs)
+        specs = list(self._tool_specs)
+        for name, (mcp_id, tool_name, meta) in self._mcp_tools.items():
+            if not meta.get("description") and not meta.get("inputSchema"):
+                # The DSL names the tool only: describe it as the server listed it when saved.
+                server = self._mcp_server(mcp_id)
+                meta = ((server or {}).get("tools") or {}).get(tool_name) or meta
+            schema = (
+                meta.get("inputSchema") or meta.get("input_schema") or {"type": "object", "properties": {}}
+            )
+            specs.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": meta.get("description") or tool_name,
+                        "parameters": schema,
+                    },
+                }
+            )
+        return specs
+
+    def _mcp_server(self, mcp_id: str) -> dict | None:
+        """The tenant's MCP server (``canvas.services["mcp_servers"]``), once per run."""
+        cache = self.__dict__.setdefault("_mcp_seen", {})
+        if mcp_id not in cache:
+            lookup = self._canvas.services.get("mcp_servers")
+            cache[mcp_id] = lookup(mcp_id) if callable(lookup) else None
+        return cache[mcp_id]
+
+    def _call_mcp(self, name: str, arguments: dict) -> str:
+        mcp_id, tool_name, _ = self._mcp_tools[name]
+        server = self._mcp_server(mcp_id)
+        if server is None:
+            raise self.fail(f"MCP server {mcp_id!r} is not one of this tenant's servers (/mcp/servers)")
+        settings = self._canvas.services.get("invoke")
+        if settings is None:
+            settings = load_settings().get("invoke") or {}
+        timeout = float(settings.get("timeout_seconds") or 30)
+        return mcp.call_tool(
+            mcp.MCPServer(
+                url=server["url"],
+                server_type=server["server_type"],
+                headers=server["headers"],
+                name=server["name"],
+            ),
+            tool_name,
+            arguments,
+            deadline=self._canvas.deadline.within(timeout, "invoke.timeout_seconds"),
+            allow=net.AllowList(settings.get("allow_hosts") or [], "invoke.allow_hosts"),
+        )
 
     def max_rounds(self) -> int:
         return int(self._param.max_rounds)
@@ -154,10 +218,16 @@ class Agent(LLM):
         record: dict[str, Any] = {"name": call.name, "arguments": call.arguments}
         self.outputs.setdefault("tool_calls", []).append(record)
         tool = self._tools.get(call.name)
-        if tool is None:
-            result = (
-                f"error: there is no tool {call.name!r}; the tools are {', '.join(self._tools) or 'none'}"
-            )
+        if tool is None and call.name in self._mcp_tools:
+            try:
+                result = self._call_mcp(call.name, tool_arguments(call))
+            except (Cancelled, FormPause):
+                raise
+            except ComponentError as e:  # the model is told and may recover
+                result = f"error: {e}"
+        elif tool is None:
+            names = [*self._tools, *self._mcp_tools]
+            result = f"error: there is no tool {call.name!r}; the tools are {', '.join(names) or 'none'}"
         else:
             try:
                 result = _run_tool(tool, tool_arguments(call))

@@ -154,6 +154,10 @@ def _add_rate_limits(database: Database) -> None:
     _add_columns(database, Agent._meta.table_name, {"rate_limits": TextField(null=True)})
 
 
+def _create_mcp_servers(database: Database) -> None:
+    McpServer.create_table(safe=True)
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -171,6 +175,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (9, "rate_limit_counter, agent.rate_limits: rate limits shared by the workers", _add_rate_limits),
     (10, "kept session states compressed (session_state replaces session_snapshot)", _pack_kept_states),
     (11, "memory (RAGFlow's Memory); memory_entry.memory_id, status, source_id", _add_memories),
+    (12, "mcp_server: the MCP servers of a tenant", _create_mcp_servers),
 ]
 
 

@@ -468,6 +468,26 @@ class RateLimitCounter(BaseModel):
     expires_at = BigIntegerField(index=True)
 
 
+class McpServer(BaseModel):
+    """An MCP server of a tenant (RAGFlow's ``/mcp/servers``): where it is, how to reach
+    it, and the tools it listed when it was saved (``variables["tools"]``, by name)."""
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    tenant_id = CharField(max_length=32)
+    name = CharField(max_length=255)
+    url = TextField()
+    server_type = CharField(max_length=32)
+    description = TextField(default="")
+    # JSON objects. Header values may be tokens: never returned unmasked.
+    headers = TextField(default="{}")
+    variables = LongTextField(default="{}")
+    create_time = BigIntegerField(default=now_ms)
+    update_time = BigIntegerField(default=now_ms)
+
+    class Meta:
+        indexes = ((("tenant_id", "name"), True),)
+
+
 ALL_MODELS = (
     SchemaVersion,
     Tenant,
@@ -488,4 +508,5 @@ ALL_MODELS = (
     UploadFile,
     FilePiece,
     RateLimitCounter,
+    McpServer,
 )

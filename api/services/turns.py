@@ -55,6 +55,7 @@ from api.services import variables as variables_service
 from api.services.agents import get_agent
 from api.services.files import FileSettings, TurnFiles
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
+from api.services.mcp_servers import TenantServers
 from api.services.memory import DatabaseMemoryStore
 from api.services.retrieval import Retriever
 
@@ -419,6 +420,7 @@ class TurnService:
             "memory_store": store,
             "files": TurnFiles(req.tenant_id, req.agent_id, req.end_user, self.file_settings),
             "retriever": Retriever(req.tenant_id, self.services.get("llm_settings")),
+            "mcp_servers": TenantServers(req.tenant_id),
         }
         canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
         pending = canvas.pending_form()

@@ -40,7 +40,7 @@ def code_canvas(
         node("Message:Out", "Message", {"content": ["{CodeExec:Run@content}"]}),
         begin={"inputs": {k: {"name": k, "type": "integer", "optional": True} for k in "ab"}},
     )
-    tools = {"codeexec": {"timeout_seconds": 3, **settings}}
+    tools = {"codeexec": {"timeout_seconds": 10, **settings}}
     return Canvas(dsl, services={"tools": tools}, limits=limits)
 
 
@@ -186,13 +186,13 @@ def escape_attempts(secret_path: str, port: int) -> list[tuple[str, str, str, st
             "sleep past the deadline",
             "python",
             "import time\ndef main():\n    time.sleep(3600)\n",
-            "ran longer than 3 s and was stopped",
+            "ran longer than 4 s and was stopped",
         ),
         (
             "spin past the deadline",
             "javascript",
             "function main() { for (;;) {} }\nmodule.exports = { main };\n",
-            "ran longer than 3 s",
+            "ran longer than 4 s",
         ),
     ]
 
@@ -201,7 +201,7 @@ def escape_attempts(secret_path: str, port: int) -> list[tuple[str, str, str, st
 def test_escape_attempts_end_with_a_clear_error_and_a_healthy_host(attempt, secret_file, listening_port):
     name, lang, script, message = escape_attempts(str(secret_file), listening_port)[attempt]
     started = time.monotonic()
-    done = final(run(code_canvas(script, lang), "x"))
+    done = final(run(code_canvas(script, lang, timeout_seconds=4), "x"))
     assert done["status"] == "failed", f"{name}: {done}"
     assert message in done["error"], f"{name}: {done['error']}"
     assert SECRET_FILE_TEXT not in done["error"]
