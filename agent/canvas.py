@@ -783,6 +783,8 @@ class Canvas:
         begin = self.components["begin"]
         if accepted:
             begin.data["answers"] = {**begin.data.get("answers", {}), **accepted}
+        if context.get("webhook") is not None:
+            begin.data["webhook"] = context["webhook"]  # the request that triggered a webhook run
         for cid, cpn in self.components.items():
             if cid != "begin":
                 cpn.outputs = {}

@@ -1,7 +1,8 @@
 """Begin: the start of every canvas (id ``begin``).
 
 Params: ``prologue`` (the greeting a new session shows), ``mode``
-(``conversational`` or ``task``) and ``inputs`` (an optional form). Begin's form
+(``conversational``, ``task`` or ``Webhook``: see :mod:`api.services.webhooks` for the
+webhook's own params) and ``inputs`` (an optional form). Begin's form
 answers come from ``Canvas.run(inputs=...)``; in task mode the client sends them on
 the first call. If a required field has no answer and no default the run pauses at
 Begin with a ``user_inputs`` event, like UserFillUp. Begin's answers hold for the
@@ -43,6 +44,13 @@ class Begin(FormComponent):
 
     def _invoke(self, **kwargs) -> None:
         self.collect()
+        # In webhook mode the triggering request is Begin's output: method, query,
+        # headers, body (``{begin@body.order_id}``).
+        request = self.data.pop("webhook", None)
+        if isinstance(request, dict):
+            for key in ("method", "query", "headers", "body"):
+                self.set_output(key, request.get(key))
+            self.inputs_seen = {"webhook": {k: request.get(k) for k in ("method", "query", "body")}}
 
     def prologue(self) -> str:
         return self.render(self._param.prologue) if self._param.prologue else ""

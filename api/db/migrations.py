@@ -40,6 +40,7 @@ from api.db.models import (
     Document,
     DocumentPiece,
     FilePiece,
+    McpServer,
     Memory,
     MemoryEntry,
     MessageLog,
@@ -50,6 +51,7 @@ from api.db.models import (
     SessionTrash,
     Tenant,
     UploadFile,
+    WebhookLog,
     WorkerLease,
 )
 
@@ -158,6 +160,10 @@ def _create_mcp_servers(database: Database) -> None:
     McpServer.create_table(safe=True)
 
 
+def _create_webhook_logs(database: Database) -> None:
+    WebhookLog.create_table(safe=True)
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -176,6 +182,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (10, "kept session states compressed (session_state replaces session_snapshot)", _pack_kept_states),
     (11, "memory (RAGFlow's Memory); memory_entry.memory_id, status, source_id", _add_memories),
     (12, "mcp_server: the MCP servers of a tenant", _create_mcp_servers),
+    (13, "webhook_log: the runs of agents' webhooks", _create_webhook_logs),
 ]
 
 

@@ -488,6 +488,26 @@ class McpServer(BaseModel):
         indexes = ((("tenant_id", "name"), True),)
 
 
+class WebhookLog(BaseModel):
+    """One run of an agent's webhook (``/agents/<id>/webhook/logs``): when, how it
+    ended, and its events."""
+
+    id = CharField(primary_key=True, max_length=32, default=new_id)
+    agent_id = CharField(max_length=32)
+    tenant_id = CharField(max_length=32)
+    session_id = CharField(max_length=32, default="")
+    method = CharField(max_length=16)
+    remote_addr = CharField(max_length=64, default="")
+    status = CharField(max_length=16, default="running")  # running, succeeded, failed
+    error = TextField(default="")
+    events = LongTextField(default="[]")
+    start_ms = BigIntegerField(default=now_ms)
+    end_ms = BigIntegerField(null=True)
+
+    class Meta:
+        indexes = ((("agent_id", "start_ms"), False),)
+
+
 ALL_MODELS = (
     SchemaVersion,
     Tenant,
@@ -509,4 +529,5 @@ ALL_MODELS = (
     FilePiece,
     RateLimitCounter,
     McpServer,
+    WebhookLog,
 )

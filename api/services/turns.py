@@ -63,7 +63,7 @@ log = logging.getLogger("agentcanvas.turns")
 
 #: Events that end a turn; the client gets them only after the commit.
 ENDING_EVENTS = frozenset({"message_end", "user_inputs", "workflow_finished"})
-SOURCES = ("api", "embed", "openai", "cli")
+SOURCES = ("api", "embed", "openai", "cli", "webhook")
 MAX_ERROR_CHARS = 4000
 
 
@@ -87,6 +87,7 @@ class TurnRequest:
             made by another user, or through another route, is "not found".
         services: extra objects for the canvas, over the app's ``SERVICES``.
         session_name: the name of a new session.
+        webhook: the request that triggers a webhook run (Begin's outputs).
     """
 
     tenant_id: str
@@ -99,6 +100,7 @@ class TurnRequest:
     invoke_from: str = "api"
     end_user: str | None = None
     services: dict | None = None
+    webhook: dict | None = None
     session_name: str = ""
 
 
@@ -438,6 +440,7 @@ class TurnService:
             conversation_id=session_id,
             agent_id=req.agent_id,
             invoke_from=req.invoke_from,
+            webhook=req.webhook,
             task_id=task_id,
             message_id=str(turn_id),
         )
