@@ -27,7 +27,9 @@ def llm():
 
 @pytest.fixture
 def allowed(app_factory, llm):
-    app = app_factory(SETTINGS={"invoke": {"allow_hosts": ["127.0.0.1"], "timeout_seconds": 2}, "llm": llm.settings()})
+    app = app_factory(
+        SETTINGS={"invoke": {"allow_hosts": ["127.0.0.1"], "timeout_seconds": 2}, "llm": llm.settings()}
+    )
     return Api(app, make_token(app, "tenant-a")), Api(app, make_token(app, "tenant-b"))
 
 
@@ -81,7 +83,11 @@ def test_bad_servers_are_refused_clearly(allowed, mcp_server, app_factory):
 def agent_dsl(mcp_id: str, tools) -> dict:
     return {
         "components": {
-            "begin": {"obj": {"component_name": "Begin", "params": {}}, "downstream": ["Agent:A"], "upstream": []},
+            "begin": {
+                "obj": {"component_name": "Begin", "params": {}},
+                "downstream": ["Agent:A"],
+                "upstream": [],
+            },
             "Agent:A": {
                 "obj": {"component_name": "Agent", "params": {"mcp": [{"mcp_id": mcp_id, "tools": tools}]}},
                 "downstream": ["Message:Out"],
@@ -116,7 +122,11 @@ def test_an_agent_calls_mcp_tools_the_model_chooses(allowed, mcp_server, llm, ki
     first, second = llm.chat_requests()[-2:]
     assert [t["function"]["name"] for t in first["tools"]] == ["add"]
     assert first["tools"][0]["function"]["parameters"]["required"] == ["a", "b"]
-    assert second["messages"][-1] == {"role": "tool", "tool_call_id": second["messages"][-1]["tool_call_id"], "content": "42"}
+    assert second["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": second["messages"][-1]["tool_call_id"],
+        "content": "42",
+    }
 
     # A failing tool and a tool that outlives invoke.timeout_seconds: the model is told.
     agent_id = api.create_agent(agent_dsl(saved["id"], ["broken", "slow"]))
