@@ -17,8 +17,8 @@ The sandbox is Debian's ``bubblewrap`` (``bwrap``):
   directory is there;
 * **no inherited environment**: only ``PATH``, ``HOME=/tmp`` and ``LANG``;
 * **rlimits**: CPU seconds, address space, processes, file size and open files. As
-  root the program runs as an unprivileged user (``tools.codeexec.uid``, nobody by
-  default), so the process limit counts the sandbox's processes only;
+  root each run gets a fresh unprivileged uid (from ``tools.codeexec.uid_base``), so
+  the process limit counts that run's processes only;
 * **output and time**: stdout and stderr together are capped (the program is killed
   past the cap), and the run obeys the turn's deadline and cancel and its own
   ``timeout_seconds``; killing the sandbox's first process ends every process in it.
@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -123,7 +124,9 @@ class SandboxLimits:
     tmp_bytes: int = 64 * _MB
     max_output_bytes: int = 1 * _MB
     max_open_files: int = 64
-    uid: int = 65534
+    #: As root, each run gets its own unprivileged uid from ``uid_base`` on (no account
+    #: needed), so the process limit counts that run's processes only.
+    uid_base: int = 620000
     bwrap: str = "bwrap"
     python: str = "/usr/bin/python3"
     node: str = "/usr/bin/node"
@@ -275,12 +278,21 @@ def _bwrap_command(language: str, workdir: str, limits: SandboxLimits) -> list[s
     return command
 
 
+_UID_LOCK = threading.Lock()
+_uid_counter = 0
+
+
 def _run_as(limits: SandboxLimits) -> dict:
-    """As root, run as the unprivileged ``uid`` (so the process rlimit counts only the
-    sandbox's processes); otherwise as the server's own user."""
+    """As root, run as a fresh unprivileged uid (distinct per run in this process and
+    per process), so one run's fork bomb cannot use up another's process limit;
+    otherwise as the server's own user."""
+    global _uid_counter
     if os.geteuid() != 0:
         return {}
-    return {"user": limits.uid, "group": limits.uid, "extra_groups": []}
+    with _UID_LOCK:
+        _uid_counter = (_uid_counter + 1) % 1000
+        uid = limits.uid_base + (os.getpid() % 10000) * 1000 + _uid_counter
+    return {"user": uid, "group": uid, "extra_groups": []}
 
 
 def _rlimits(limits: SandboxLimits, language: str) -> list[str]:
@@ -366,6 +378,9 @@ def _result(
         reason = f"the program used more than {limits.cpu_seconds} s of CPU (tools.codeexec.cpu_seconds)"
     elif code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) or "File too large" in err:
         reason = f"the program wrote a file larger than {limits.max_file_bytes} bytes (tools.codeexec.max_file_bytes)"
+    elif err.startswith("bwrap:"):
+        reason = f"the sandbox could not start ({err.strip()[:300]})"
+        last = ""
     elif any(sign in err for sign in _OUT_OF_MEMORY):
         reason = f"the program ran out of memory (limit {limits.memory_mb} MB, tools.codeexec.memory_mb)"
     elif "Resource temporarily unavailable" in err or "EAGAIN" in err:

@@ -17,7 +17,8 @@ Begin's webhook params (as RAGFlow's editor writes them):
   ``response: {status, body_template}`` and run in the background) or anything else
   (run, then answer ``{"message", "success", "code"}``).
 
-Each run is a new session of the agent (``sys.invoke_from`` ``webhook``). Begin's
+Calls are rate-limited per agent (:mod:`api.ratelimit`, ``AGENTCANVAS_RATE_LIMIT_WEBHOOK``
+or the agent's own ``rate_limits``): 429 with ``Retry-After``. Each run is a new session of the agent (``sys.invoke_from`` ``webhook``). Begin's
 outputs are ``method``, ``query``, ``headers`` and ``body``. Every real run — not only
 test runs, as in RAGFlow — is logged with its events (``webhook_log``) and read back
 through ``GET /agents/<id>/webhook/logs`` (RAGFlow's polling protocol: ``since_ts``,
@@ -37,6 +38,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from api import ratelimit
 from api.db import Agent, WebhookLog, db, now_ms
 from api.errors import ApiError, ArgumentError, AuthError, Forbidden, NotFound, TooLarge
 from api.services.turns import TurnRequest, TurnService
@@ -232,6 +234,7 @@ def trigger(turns: TurnService, agent_id: str, call: WebhookCall, app: Any) -> t
     agent = Agent.get_or_none(Agent.id == agent_id)
     if agent is None:
         raise NotFound(f"agent {agent_id!r} not found")
+    ratelimit.hit("webhook", agent.id, agent)  # AGENTCANVAS_RATE_LIMIT_WEBHOOK, or the agent's own
     params = webhook_params(json.loads(agent.dsl))
     if params is None:
         raise ArgumentError("the webhook is not configured for this agent: set its Begin's mode to 'Webhook'")

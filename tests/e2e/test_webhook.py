@@ -105,7 +105,7 @@ def test_webhook_runs_the_agent_with_its_auth_limits_and_logs(deployment):
 
 
 def test_immediate_mode_answers_at_once_and_runs_in_the_background(deployment):
-    server = deployment.server()
+    server = deployment.server(AGENTCANVAS_RATE_LIMIT_WEBHOOK="3/minute")
     api = Client(server.url, deployment.token())
     basic = {"auth_type": "basic", "basic_auth": {"username": "hook", "password": "pw"}}
     response = {"status": 202, "body_template": '{"accepted": true}'}
@@ -142,6 +142,12 @@ def test_immediate_mode_answers_at_once_and_runs_in_the_background(deployment):
         timeout=HTTP_TIMEOUT,
     )
     assert resp.status_code == 200 and resp.json()["message"] == "order 3 by GET:  q"
+    # Rate-limited per agent (AGENTCANVAS_RATE_LIMIT_WEBHOOK=3/minute): the 4th call waits.
+    codes = [
+        requests.post(f"{server.url}/api/v1/agents/{anon}/webhook", json={"order": 4}, timeout=HTTP_TIMEOUT)
+        for _ in range(3)
+    ]
+    assert [r.status_code for r in codes] == [200, 200, 429] and codes[-1].headers["Retry-After"]
     # An agent without a webhook Begin.
     dsl = webhook_dsl({})
     dsl["components"]["begin"]["obj"]["params"]["mode"] = "conversational"
