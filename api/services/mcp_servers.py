@@ -106,6 +106,18 @@ def _tool_map(tools: list[dict]) -> dict:
     }
 
 
+def _stored(fields: dict, tools: list[dict]) -> dict:
+    """The columns of a server checked by :func:`_check_fields`, with the tools it listed."""
+    return {
+        "name": fields["name"],
+        "url": fields["url"],
+        "server_type": fields["server_type"],
+        "description": fields["description"],
+        "headers": json.dumps(fields["headers"]),
+        "variables": json.dumps({**fields["variables"], "tools": _tool_map(tools)}),
+    }
+
+
 def create_server(tenant_id: str, body: dict, settings: dict) -> McpServer:
     fields = _check_fields(body, None)
     tools = fetch_tools(fields, settings)
@@ -120,12 +132,7 @@ def create_server(tenant_id: str, body: dict, settings: dict) -> McpServer:
                 raise Conflict(f"an MCP server named {fields['name']!r} already exists")
             return McpServer.create(
                 tenant_id=tenant_id,
-                name=fields["name"],
-                url=fields["url"],
-                server_type=fields["server_type"],
-                description=fields["description"],
-                headers=json.dumps(fields["headers"]),
-                variables=json.dumps({**fields["variables"], "tools": _tool_map(tools)}),
+                **_stored(fields, tools),
                 create_time=now,
                 update_time=now,
             )
@@ -154,12 +161,7 @@ def update_server(tenant_id: str, mcp_id: str, body: dict, settings: dict) -> Mc
             if taken.exists():
                 raise Conflict(f"an MCP server named {fields['name']!r} already exists")
             McpServer.update(
-                name=fields["name"],
-                url=fields["url"],
-                server_type=fields["server_type"],
-                description=fields["description"],
-                headers=json.dumps(fields["headers"]),
-                variables=json.dumps({**fields["variables"], "tools": _tool_map(tools)}),
+                **_stored(fields, tools),
                 update_time=now_ms(),
             ).where((McpServer.id == mcp_id) & (McpServer.tenant_id == tenant_id)).execute()
     except IntegrityError:
