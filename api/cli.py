@@ -272,6 +272,34 @@ def link_hooks() -> list[Callable[..., list[str]]]:
     return hooks
 
 
+#: The dataset the "Docs assistant" sample answers from, made from samples/knowledge/.
+SAMPLE_DATASET = "agentcanvas docs"
+
+
+def sample_dataset(tenant_id: str) -> str:
+    """Make the sample dataset from the bundled documents and queue them for parsing
+    (the server parses them as it starts); nothing if the tenant has it already."""
+    from api.db import Dataset
+    from api.services import datasets, parsing
+
+    folder = SAMPLES_DIR / "knowledge"
+    files = sorted(folder.glob("*.md")) if folder.is_dir() else []
+    if not files:
+        return ""
+    if Dataset.select().where((Dataset.tenant_id == tenant_id) & (Dataset.name == SAMPLE_DATASET)).exists():
+        return f"dataset {SAMPLE_DATASET!r}: already there"
+    ds = datasets.create_dataset(
+        tenant_id, {"name": SAMPLE_DATASET, "description": "agentcanvas in a few pages (samples/knowledge)"}
+    )
+    docs = datasets.upload_documents(
+        tenant_id, ds.id, [(f.name, f.read_bytes()) for f in files], datasets.KnowledgeLimits()
+    )
+    parsing.start_parsing(tenant_id, ds.id, [d.id for d in docs])
+    return (
+        f"dataset {SAMPLE_DATASET!r}: {len(docs)} documents from {folder}, parsed by the server as it starts"
+    )
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from api.services import tokens
 
@@ -291,8 +319,11 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
             except (CanvasError, ApiError, ValueError) as exc:
                 print(f"skipped sample {path.name}: {exc}", file=sys.stderr)
         agents = list(Agent.select().where(Agent.tenant_id == tenant.id).order_by(Agent.title))
+        dataset_note = sample_dataset(tenant.id)
     hooks = link_hooks()
     print(f"database: {config['DATABASE_URL']}")
+    if dataset_note:
+        print(dataset_note)
     for agent in agents:
         print(f"agent {agent.title!r}:")
         print(f"  completions: POST {base_url}/api/v1/agents/{agent.id}/completions")

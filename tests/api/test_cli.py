@@ -110,3 +110,26 @@ def test_bad_database_url_is_reported(cli, tmp_path):
         [str(AGENTCANVAS), "token", "list"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "unsupported scheme 'oracle'" in done.stderr
+
+
+def test_quickstart_makes_the_sample_dataset_that_the_docs_assistant_cites(cli, app_factory):
+    import time
+
+    from tests.llm_server import LLMServer
+
+    first = cli("quickstart", "--no-serve").stdout
+    assert "dataset 'agentcanvas docs': 3 documents" in first
+    token = first.strip().splitlines()[-1].split()[-1]
+    with LLMServer() as llm:
+        app = app_factory(SETTINGS={"llm": llm.settings(max_retries=0)}, PARSE_POLL_SECONDS=0.05)
+        api = Api(app, token)
+        ds = api.get("/datasets", query_string={"name": "agentcanvas docs"}).json["data"][0]["id"]
+        deadline = time.monotonic() + 60
+        while {d["run"] for d in api.get(f"/datasets/{ds}/documents").json["data"]["docs"]} != {"DONE"}:
+            assert time.monotonic() < deadline, "the sample documents were not parsed"
+            time.sleep(0.05)
+        agent = next(a for a in api.get("/agents").json["data"]["canvas"] if a["title"] == "Docs assistant")
+        reply = api.ask(agent["id"], None, "How are citations marked in an answer?").json["data"]
+        assert "[ID:" in reply["data"]["content"]
+        assert reply["reference"]["doc_aggs"][0]["doc_name"] == "knowledge-bases.md"
+    assert "already there" in cli("quickstart", "--no-serve").stdout
