@@ -64,6 +64,9 @@ SUPPORTED_DOCUMENT_TYPES = ("txt", "md", "html", "pdf", "docx", "csv", "json")
 #: The image types (not parsed; given to vision models as they are).
 SUPPORTED_IMAGE_TYPES = ("png", "jpeg", "gif", "webp")
 
+#: Every file name extension accepted (documents and images), for upload pickers.
+SUPPORTED_EXTENSIONS = tuple(_DOCUMENT_EXTENSIONS) + tuple(_IMAGE_EXTENSIONS)
+
 #: The MIME type to serve each canonical type with.
 MIME_TYPES = {
     "txt": "text/plain",

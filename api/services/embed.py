@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from markupsafe import escape
 
+from agent import docparse
 from agent.canvas import Canvas
 from agent.forms import public_form
 from api.db import Agent, Session, write_transaction
@@ -231,6 +232,10 @@ def bot_info(tenant_id: str, agent_id: str, limits: Any) -> dict:
         "mode": begin.mode,
         "inputs": public_form(begin.form()),
         "max_value_bytes": limits.max_value_bytes,
+        # What the page may upload: it refuses other files in words before sending them.
+        "max_file_bytes": limits.max_file_bytes,
+        "max_files_per_turn": limits.max_files_per_turn,
+        "file_types": list(docparse.SUPPORTED_EXTENSIONS),
     }
 
 

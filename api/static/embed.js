@@ -26,6 +26,9 @@
     send: document.getElementById("send"),
     stop: document.getElementById("stop"),
     newChat: document.getElementById("new-chat"),
+    attach: document.getElementById("attach"),
+    attachInput: document.getElementById("attach-input"),
+    attachments: document.getElementById("attachments"),
   };
 
   var USER_KEY = "agentcanvas.user";
@@ -248,6 +251,264 @@
     return pump();
   }
 
+  // ------------------------------------------------------------------ files
+  // Files are uploaded as soon as they are chosen (POST /agentbots/<id>/upload, with
+  // progress), then sent by id: with the message (the Attach button) or as a file
+  // field's answer. The page refuses, in words, what the server would refuse anyway.
+  function fileTypes() {
+    return (state.info && state.info.file_types) || [];
+  }
+
+  function maxFileBytes() {
+    return (state.info && state.info.max_file_bytes) || 32 * 1024 * 1024;
+  }
+
+  function acceptList() {
+    return fileTypes()
+      .map(function (ext) {
+        return "." + ext;
+      })
+      .join(",");
+  }
+
+  function formatBytes(n) {
+    if (n >= 1024 * 1024) return (n / (1024 * 1024)).toFixed(n % (1024 * 1024) ? 1 : 0) + " MB";
+    if (n >= 1024) return Math.round(n / 1024) + " KB";
+    return n + " bytes";
+  }
+
+  // Why the page will not upload this file, or "".
+  function fileProblem(file) {
+    var dot = file.name.lastIndexOf(".");
+    var ext = dot >= 0 ? file.name.slice(dot + 1).toLowerCase() : "";
+    var types = fileTypes();
+    if (types.length && types.indexOf(ext) < 0) {
+      return (
+        file.name + " cannot be sent: " + (ext ? "." + ext + " files are" : "files without an extension are") +
+        " not supported. Supported: " + types.join(", ") + "."
+      );
+    }
+    if (file.size > maxFileBytes()) {
+      return file.name + " is too large (" + formatBytes(file.size) + "): the limit is " + formatBytes(maxFileBytes()) + ".";
+    }
+    if (!file.size) return file.name + " is empty.";
+    return "";
+  }
+
+  function isFileList(value) {
+    return Array.isArray(value) && value.length > 0 && value.every(function (v) {
+      return v && typeof v === "object" && typeof v.name === "string";
+    });
+  }
+
+  function fileNames(value) {
+    return isFileList(value)
+      ? value
+          .map(function (f) {
+            return f.name;
+          })
+          .join(", ")
+      : "";
+  }
+
+  function attachedLine(files) {
+    return isFileList(files) ? "\nAttached: " + fileNames(files) : "";
+  }
+
+  function uploadError(status, body, file) {
+    var serverText = body && typeof body.message === "string" ? body.message : "";
+    if (status === 413) return file.name + " is too large to send. " + serverText;
+    if (status === 401) return "This chat is not available any more: its access key was revoked or is not valid.";
+    if (status === 0) return "Could not reach the chat server to upload " + file.name + ". Try again.";
+    return serverText || "Uploading " + file.name + " failed (HTTP " + status + ").";
+  }
+
+  // Uploads one file; resolves to its descriptor, rejects with words for a person.
+  function uploadFile(file, onProgress) {
+    return new Promise(function (resolve, reject) {
+      var xhr = new XMLHttpRequest();
+      xhr.open("POST", apiBase + "/agentbots/" + encodeURIComponent(agentId) + "/upload");
+      xhr.setRequestHeader("Authorization", "Bearer " + token);
+      xhr.upload.onprogress = function (event) {
+        if (event.lengthComputable) onProgress(event.loaded / event.total);
+      };
+      xhr.onload = function () {
+        var body = null;
+        try {
+          body = JSON.parse(xhr.responseText);
+        } catch (e) {
+          body = null;
+        }
+        if (xhr.status === 200 && body && body.code === 0) {
+          onProgress(1);
+          resolve(Array.isArray(body.data) ? body.data[0] : body.data);
+        } else {
+          reject(uploadError(xhr.status, body, file));
+        }
+      };
+      xhr.onerror = function () {
+        reject(uploadError(0, null, file));
+      };
+      var data = new FormData();
+      data.append("user_id", state.userId);
+      data.append("file", file, file.name);
+      xhr.send(data);
+    });
+  }
+
+  // One file in a list: its name, upload progress, and a remove button.
+  // Returns {item, promise, descriptor(), failed()}.
+  function uploadItem(list, file, onRemove) {
+    var item = document.createElement("li");
+    item.className = "upload";
+    var name = document.createElement("span");
+    name.className = "upload-name";
+    name.textContent = file.name;
+    var bar = document.createElement("progress");
+    bar.max = 100;
+    bar.value = 0;
+    bar.setAttribute("aria-label", "Uploading " + file.name);
+    var note = document.createElement("span");
+    note.className = "upload-note";
+    note.setAttribute("aria-live", "polite");
+    note.textContent = "uploading…";
+    var remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "secondary remove";
+    remove.textContent = "✕";
+    remove.setAttribute("aria-label", "Remove " + file.name);
+    item.appendChild(name);
+    item.appendChild(bar);
+    item.appendChild(note);
+    item.appendChild(remove);
+    list.appendChild(item);
+    list.hidden = false;
+
+    var entry = { item: item, descriptor: null, error: "" };
+    remove.addEventListener("click", function () {
+      item.remove();
+      if (!list.children.length) list.hidden = true;
+      onRemove(entry);
+    });
+    var problem = fileProblem(file);
+    if (problem) {
+      entry.error = problem;
+      item.classList.add("failed");
+      bar.remove();
+      note.textContent = problem;
+      entry.promise = Promise.resolve();
+      return entry;
+    }
+    entry.promise = uploadFile(file, function (fraction) {
+      bar.value = Math.round(fraction * 100);
+      note.textContent = fraction < 1 ? Math.round(fraction * 100) + "%" : "processing…";
+    }).then(
+      function (descriptor) {
+        entry.descriptor = descriptor;
+        item.classList.add("done");
+        bar.remove();
+        note.textContent = formatBytes(file.size);
+      },
+      function (text) {
+        entry.error = text;
+        item.classList.add("failed");
+        bar.remove();
+        note.textContent = text;
+      }
+    );
+    return entry;
+  }
+
+  // ---- the composer's Attach button
+  var attached = [];
+
+  function attachFiles(fileList) {
+    Array.prototype.forEach.call(fileList, function (file) {
+      attached.push(
+        uploadItem(els.attachments, file, function (entry) {
+          attached = attached.filter(function (e) {
+            return e !== entry;
+          });
+          els.input.focus();
+        })
+      );
+    });
+    var failed = attached.filter(function (e) {
+      return e.error;
+    });
+    if (failed.length) showStatus(failed[failed.length - 1].error, "error");
+  }
+
+  // {ready: descriptors uploaded, waiting: uploads not finished}
+  function composerFiles() {
+    return {
+      ready: attached
+        .filter(function (e) {
+          return e.descriptor;
+        })
+        .map(function (e) {
+          return e.descriptor;
+        }),
+      waiting: attached.some(function (e) {
+        return !e.descriptor && !e.error;
+      }),
+    };
+  }
+
+  function clearAttachments() {
+    attached = [];
+    els.attachments.textContent = "";
+    els.attachments.hidden = true;
+  }
+
+  // ---- a file field of a form: uploads as chosen, answers with the descriptors
+  function fileFieldUploads(control, onChange) {
+    var list = document.createElement("ul");
+    list.className = "attachments in-form";
+    list.setAttribute("aria-label", "Chosen files");
+    list.hidden = true;
+    var entries = [];
+    control.addEventListener("change", function () {
+      onChange();
+      Array.prototype.forEach.call(control.files || [], function (file) {
+        entries.push(
+          uploadItem(list, file, function (entry) {
+            entries = entries.filter(function (e) {
+              return e !== entry;
+            });
+            control.value = ""; // the same file can be chosen again
+            control.focus();
+          })
+        );
+      });
+    });
+    return {
+      list: list,
+      ready: function () {
+        return Promise.all(
+          entries.map(function (e) {
+            return e.promise;
+          })
+        );
+      },
+      read: function (required) {
+        var failed = entries.filter(function (e) {
+          return e.error;
+        });
+        if (failed.length) return { error: failed[0].error + " Remove it, or choose another file." };
+        var done = entries
+          .filter(function (e) {
+            return e.descriptor;
+          })
+          .map(function (e) {
+            return e.descriptor;
+          });
+        if (!done.length) return required ? { error: "Please choose a file." } : { skip: true };
+        return { value: done };
+      },
+    };
+  }
+
   // ------------------------------------------------------------------ forms
   var TYPE_HINTS = {
     integer: "A whole number, like 42.",
@@ -285,8 +546,6 @@
     }
 
     var control;
-    var fileValue = null;
-    var fileRead = null; // a Promise while a chosen file is being read
     if (type === "paragraph" || type === "object") {
       control = document.createElement("textarea");
       control.rows = type === "object" ? 4 : 3;
@@ -319,24 +578,12 @@
     } else if (type === "file") {
       control = document.createElement("input");
       control.type = "file";
-      control.addEventListener("change", function () {
-        fileValue = null;
-        fileRead = null;
-        var file = control.files && control.files[0];
-        if (!file) return;
-        fileRead = new Promise(function (resolve) {
-          var reader = new FileReader();
-          reader.onload = function () {
-            fileValue = { name: file.name, mime_type: file.type, size: file.size, data: reader.result };
-            resolve();
-          };
-          reader.onerror = function () {
-            resolve(); // read() then says the file could not be read
-          };
-          reader.readAsDataURL(file);
-        });
+      control.multiple = true;
+      control.accept = acceptList();
+      var fileField = fileFieldUploads(control, function () {
+        setFieldError({ error: error, control: control }, "");
       });
-    } else {
+        } else {
       control = document.createElement("input");
       control.type = "text";
       if (type === "integer") control.inputMode = "numeric";
@@ -370,6 +617,7 @@
     } else {
       wrap.appendChild(label);
       wrap.appendChild(control);
+      if (type === "file") wrap.appendChild(fileField.list);
     }
     if (help) wrap.appendChild(help);
     wrap.appendChild(error);
@@ -379,15 +627,7 @@
     function read() {
       var required = !def.optional && !hasDefault(def);
       if (type === "boolean") return { value: control.checked };
-      if (type === "file") {
-        var file = control.files && control.files[0];
-        if (!file) return required ? { error: "Please choose a file." } : { skip: true };
-        if (!fileValue) return { error: "The file could not be read; choose it again." };
-        if (file.size * 4 / 3 + 200 > maxBytes()) {
-          return { error: "This file is too large: at most about " + Math.floor(maxBytes() * 0.74 / 1024) + " KiB." };
-        }
-        return { value: fileValue };
-      }
+      if (type === "file") return fileField.read(required);
       if (type === "options") {
         if (control.value === "") return required ? { error: "Please choose one." } : { skip: true };
         var picked = control._options[Number(control.value)];
@@ -416,14 +656,14 @@
     }
 
     function display(value) {
-      if (type === "file") return value && value.name ? value.name : "";
+      if (type === "file") return fileNames(value);
       if (type === "boolean") return value ? "yes" : "no";
       return String(value);
     }
 
     // Resolves once the field's answer can be read (a chosen file takes a moment).
     function ready() {
-      return fileRead || Promise.resolve();
+      return type === "file" ? fileField.ready() : Promise.resolve();
     }
 
     return { key: key, label: def.name || key, control: control, error: error, read: read, ready: ready, display: display };
@@ -741,14 +981,25 @@
 
   function sendMessage() {
     var text = els.input.value;
-    if (!text.trim() || state.busy) return;
+    var files = composerFiles();
+    if ((!text.trim() && !files.ready.length) || state.busy) return;
+    if (files.waiting) {
+      showStatus("Your files are still uploading: send when they are done.", "error");
+      return;
+    }
     if (byteLength(text) > maxBytes()) {
       showStatus("Your message is too long: at most " + maxBytes() + " bytes.", "error");
       return;
     }
-    runTurn({ question: text }, text).then(function (result) {
-      if (result && result.sent) els.input.value = "";
-      else if (result && result.errors) showStatus(result.message, "error");
+    var payload = { question: text };
+    if (files.ready.length) payload.files = files.ready;
+    runTurn(payload, text + attachedLine(files.ready)).then(function (result) {
+      if (result && result.sent) {
+        els.input.value = "";
+        clearAttachments();
+      } else if (result && result.errors) {
+        showStatus(result.errors.files ? "A file was not accepted: " + result.errors.files : result.message, "error");
+      }
     });
   }
 
@@ -791,13 +1042,16 @@
   }
 
   function userTextOf(message, lastForm) {
-    if (message.content) return message.content;
+    if (message.content) return message.content + attachedLine(message.files);
+    if (isFileList(message.files)) return attachedLine(message.files).trim();
     var inputs = message.inputs || {};
     return Object.keys(inputs)
       .map(function (key) {
         var def = (lastForm && lastForm[key]) || {};
         var value = inputs[key];
-        var shown = value && typeof value === "object" ? value.name || JSON.stringify(value) : String(value);
+        var shown = isFileList(value)
+          ? fileNames(value)
+          : value && typeof value === "object" ? value.name || JSON.stringify(value) : String(value);
         return answerLine(def.name || key, shown);
       })
       .join("\n");
@@ -925,10 +1179,19 @@
     }
   });
   els.stop.addEventListener("click", stopTurn);
+  els.attach.addEventListener("click", function () {
+    els.attachInput.accept = acceptList();
+    els.attachInput.click();
+  });
+  els.attachInput.addEventListener("change", function () {
+    attachFiles(els.attachInput.files || []);
+    els.attachInput.value = "";
+  });
   els.newChat.addEventListener("click", function () {
     if (state.busy || !state.info) return;
     forgetSession();
     showStatus("");
+    clearAttachments();
     startFresh();
     els.input.focus();
   });
