@@ -17,7 +17,7 @@ from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
 from api.db import db, init_database
-from api.errors import ApiError, TooLarge, reply_for
+from api.errors import TooLarge, headers_for, reply_for
 from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
 
@@ -59,7 +59,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         elif isinstance(exc, HTTPException) and exc.code and exc.code < 400:
             return exc
         body, status = reply_for(exc)
-        return body, status, (getattr(exc, "headers", None) or {}) if isinstance(exc, ApiError) else {}
+        return body, status, headers_for(exc)
 
     register_all(app)
     return app

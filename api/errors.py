@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from peewee import PeeweeException
+from peewee import InterfaceError, OperationalError, PeeweeException
 from werkzeug.exceptions import HTTPException
 
 from agent import errors as agent_errors
@@ -27,6 +27,15 @@ DATA_ERROR = 102
 OPERATING_ERROR = 103
 RUNNING = 106
 AUTHENTICATION_ERROR = 109
+
+
+#: What a client is told to wait before retrying after a database outage.
+RETRY_AFTER_SECONDS = 2
+UNAVAILABLE_MESSAGE = (
+    "the service is briefly unavailable (its database cannot be reached); retry in a few seconds"
+)
+#: Turn errors the API itself reports (``error_type`` of the ending event): (code, HTTP status).
+_TURN_STORE_ERRORS = {"TurnNotSaved": (EXCEPTION_ERROR, 503), "TurnOutcomeUnknown": (EXCEPTION_ERROR, 503)}
 
 
 class ApiError(Exception):
@@ -79,6 +88,19 @@ class RateLimited(ApiError):
         self.headers = {"Retry-After": str(retry_after)}
 
 
+class Unavailable(ApiError):
+    """The database cannot be reached for now: HTTP 503 with ``Retry-After``.
+
+    The message never carries driver text (host, port, user): embed visitors see it.
+    """
+
+    code, status = EXCEPTION_ERROR, 503
+
+    def __init__(self, message: str = "", retry_after: int = RETRY_AFTER_SECONDS):
+        super().__init__(message or UNAVAILABLE_MESSAGE)
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 class TooLarge(ApiError):
     code, status = ARGUMENT_ERROR, 413
 
@@ -113,6 +135,8 @@ def http_status_for_type(error_type: type[BaseException] | None) -> tuple[int, i
 
 def http_status_for_name(error_type: str | None) -> tuple[int, int]:
     """The same for an error named in a ``workflow_finished`` event's ``error_type``."""
+    if error_type in _TURN_STORE_ERRORS:
+        return _TURN_STORE_ERRORS[error_type]
     cls = getattr(agent_errors, error_type or "", None)
     return http_status_for_type(cls if isinstance(cls, type) else None)
 
@@ -142,11 +166,30 @@ def reply_for(exc: BaseException) -> tuple[dict, int]:
         return envelope(code, str(exc)), status
     if isinstance(exc, HTTPException):
         return _http_reply(exc)
+    if is_outage(exc):
+        log.warning("database unavailable: %s", exc)
+        return envelope(EXCEPTION_ERROR, UNAVAILABLE_MESSAGE), 503
     if isinstance(exc, PeeweeException):
         log.exception("database error")
-        return envelope(EXCEPTION_ERROR, f"database error: {exc}; the request was not completed"), 500
+        return envelope(
+            EXCEPTION_ERROR, "database error; the request was not completed (see the server log)"
+        ), 500
     log.exception("unexpected error")
     return envelope(EXCEPTION_ERROR, f"internal error ({type(exc).__name__}); see the server log"), 500
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached or used for now (a 503)."""
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def headers_for(exc: BaseException) -> dict[str, str]:
+    """The headers of the reply to ``exc`` (``Retry-After`` for 429 and 503)."""
+    if isinstance(exc, ApiError):
+        return dict(getattr(exc, "headers", None) or {})
+    if is_outage(exc):
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return {}
 
 
 def _count(exc: BaseException) -> None:

@@ -20,7 +20,7 @@ from flask import Blueprint, Response, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
-from api.errors import ArgumentError, envelope, turn_failure_status
+from api.errors import RETRY_AFTER_SECONDS, ArgumentError, envelope, turn_failure_status
 from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
 from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
 
@@ -77,7 +77,10 @@ def blocking_reply(turn: Turn) -> tuple[Response, int]:
     if result.status in ("succeeded", "paused"):
         return ok(event), 200
     code, status = turn_failure_status(result.status, result.error_type)
-    return jsonify(envelope(code, result.error or "the turn failed", event)), status
+    reply = jsonify(envelope(code, result.error or "the turn failed", event))
+    if status == 503:  # the database dropped while saving: retry after a moment
+        reply.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return reply, status
 
 
 def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:

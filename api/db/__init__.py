@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from api.db.database import (
     bind_database,
+    check_writable,
     db,
     ensure_server_database,
     is_sqlite,
@@ -42,6 +43,7 @@ from api.db.models import (
 def init_database(url: str, max_connections: int = 32) -> None:
     """Open ``url``, bind the models to it and bring the schema up to date."""
     database = open_database(url, max_connections=max_connections)
+    check_writable(database)
     ensure_server_database(database)
     bind_database(database)
     with db.connection_context():
@@ -72,6 +74,7 @@ __all__ = [
     "WebhookLog",
     "WorkerLease",
     "bind_database",
+    "check_writable",
     "db",
     "init_database",
     "is_sqlite",

@@ -14,6 +14,7 @@ transaction). The server databases are created if missing.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -85,11 +86,15 @@ class _SafeReconnectMixin:
 
     def _reopen(self) -> None:
         # close()/connect() reset the thread's state, including the stack that
-        # connection_context() pops on exit: keep it.
+        # connection_context() pops on exit: keep it, also when connect() fails (the
+        # server is still down), so that the caller sees that error and not an
+        # IndexError from an emptied stack.
         ctx = list(self._state.ctx)
-        self.close()
-        self.connect()
-        self._state.ctx = ctx
+        try:
+            self.close()
+            self.connect()
+        finally:
+            self._state.ctx = ctx
 
 
 class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
@@ -107,11 +112,54 @@ class WalSqliteDatabase(PooledSqliteDatabase):
     """Pooled SQLite in WAL mode; write transactions take the write lock up front.
 
     ``write_lock`` lines up this process's writers (see :func:`write_transaction`).
+
+    SQLite opens a file it may not write read-only, and such a connection stays
+    read-only after the file becomes writable again. So a "readonly database" error
+    drops that connection and every idle one: the next statement opens a fresh one,
+    and writes work again as soon as the file is writable.
     """
 
     def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - peewee's signature
         super().__init__(*args, **kwargs)
         self.write_lock = threading.RLock()
+        self._read_only_ids: set[int] = set()
+
+    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
+        try:
+            return super().execute_sql(sql, params)
+        except OperationalError as exc:
+            if "readonly" in str(exc).lower():
+                self._read_only.add(id(self.connection()))
+                self.close_idle()
+            raise
+
+    @property
+    def _read_only(self) -> set[int]:
+        return self._read_only_ids
+
+    def _can_reuse(self, conn) -> bool:  # noqa: ANN001 - peewee's signature
+        if id(conn) in self._read_only:
+            self._read_only.discard(id(conn))
+            return False
+        return super()._can_reuse(conn)
+
+
+def check_writable(database: Database) -> None:
+    """Raise ``OperationalError`` if a SQLite database's file or folder is read-only.
+
+    Called at start, so that a server on a read-only file fails at once with a clear
+    message instead of looking healthy and failing every write.
+    """
+    if not isinstance(database, PooledSqliteDatabase):
+        return
+    path = Path(database.database)
+    for target in (path, path.parent):
+        if target.exists() and not os.access(target, os.W_OK):
+            what = "file" if target == path else "folder (SQLite writes its journal there)"
+            raise OperationalError(
+                f"the SQLite database {what} {str(target)!r} is read-only; make it writable "
+                f"or point AGENTCANVAS_DATABASE_URL elsewhere"
+            )
 
 
 def is_sqlite(database: Database | DatabaseProxy) -> bool:

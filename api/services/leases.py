@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from peewee import Expression, Model, PeeweeException
@@ -74,6 +75,9 @@ class LeaseKeeper:
         self._cond = threading.Condition()
         # owner -> (stop event, when its lease was last set, ms)
         self._held: dict[str, tuple[threading.Event, int]] = {}
+        # owner -> how to give its lease back, for leases whose holder could not
+        # (the database was down): tried every poll until the database answers.
+        self._releases: dict[str, Callable[[], Any]] = {}
         self._thread: threading.Thread | None = None
 
     def track(self, owner: str) -> threading.Event:
@@ -81,11 +85,7 @@ class LeaseKeeper:
         stop = threading.Event()
         with self._cond:
             self._held[owner] = (stop, now_ms())
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name=f"agentcanvas-lease-keeper-{self.model.__name__}", daemon=True
-                )
-                self._thread.start()
+            self._start()
             self._cond.notify()
         return stop
 
@@ -93,16 +93,52 @@ class LeaseKeeper:
         with self._cond:
             self._held.pop(owner, None)
 
+    def release_later(self, owner: str, release: Callable[[], Any]) -> None:
+        """Give lease ``owner`` back as soon as the database answers again.
+
+        For a holder whose own release (or commit) failed because the database was
+        unreachable: ``release()`` — an ``UPDATE ... WHERE lease_owner = owner``,
+        harmless if the lease is already gone — is tried every ``poll_seconds`` until
+        it runs without a database error, so the row is free again within a poll of
+        the database coming back instead of when the lease expires.
+        """
+        with self._cond:
+            self._releases[owner] = release
+            self._start()
+            self._cond.notify()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"agentcanvas-lease-keeper-{self.model.__name__}", daemon=True
+            )
+            self._thread.start()
+
+    def _release_pending(self) -> None:
+        with self._cond:
+            pending = dict(self._releases)
+        for owner, release in pending.items():
+            try:
+                with db.connection_context():
+                    release()
+            except PeeweeException as exc:
+                log.warning("lease %s not released yet, the database is unreachable: %s", owner, exc)
+                return  # the database is still down: try the rest next tick
+            with self._cond:
+                self._releases.pop(owner, None)
+
     def _loop(self) -> None:
         idle = 0
         while True:
             with self._cond:
                 # Asleep only after a while without leases: waking this thread for each
                 # short lease would cost the worker more than the lease itself.
-                while not self._held and idle >= _IDLE_POLLS:
+                while not self._held and not self._releases and idle >= _IDLE_POLLS:
                     self._cond.wait()
                     idle = 0
             time.sleep(self.poll_seconds)
+            if self._releases:
+                self._release_pending()
             with self._cond:
                 held = dict(self._held)
             if not held:

@@ -65,6 +65,8 @@ log = logging.getLogger("agentcanvas.turns")
 ENDING_EVENTS = frozenset({"message_end", "user_inputs", "workflow_finished"})
 SOURCES = ("api", "embed", "openai", "cli", "webhook")
 MAX_ERROR_CHARS = 4000
+#: How long a turn whose commit failed waits for the database to tell its outcome.
+OUTCOME_WAIT_SECONDS = 10.0
 
 
 def turn_service() -> TurnService:
@@ -481,15 +483,30 @@ class TurnService:
 
     def _claim(self, row: Session | _SessionRow, task_id: str, canvas: Canvas, owner: str) -> _Claim:
         now = now_ms()
-        with writer_in_line():
-            claimed = _CLAIM.execute(
+        prior_status = "paused" if row.pending_form else "idle"
+        try:
+            with writer_in_line():
+                claimed = _CLAIM.execute(
+                    owner=owner,
+                    expires=now + self.lease_ms,
+                    task_id=task_id,
+                    id=row.id,
+                    version=row.version,
+                    now=now,
+                )
+        except PeeweeException:
+            # The UPDATE may have been applied before the connection dropped: give the
+            # lease back as soon as the database answers, or the session stays busy.
+            orphan = _Claim(
+                session_id=row.id,
                 owner=owner,
-                expires=now + self.lease_ms,
-                task_id=task_id,
-                id=row.id,
                 version=row.version,
-                now=now,
+                round=row.round,
+                prior_status=prior_status,
+                usage_before={},
             )
+            self.keeper.release_later(owner, lambda: self._release(orphan))
+            raise
         if claimed != 1:
             raise _busy(row.id)
         # A resumed turn carries the usage of its paused part, already counted.
@@ -501,7 +518,7 @@ class TurnService:
             owner=owner,
             version=row.version,
             round=row.round,
-            prior_status="paused" if row.pending_form else "idle",
+            prior_status=prior_status,
             usage_before=dict(usage),
             prior_snapshot=row.snapshot,
         )
@@ -546,12 +563,19 @@ class TurnService:
             try:
                 with db.connection_context():
                     committed = self._commit(canvas, claim, req, result)
-            except Exception as exc:  # noqa: BLE001 - reported to the client below
-                log.exception("turn of session %s could not be saved", claim.session_id)
+            except LeaseLost as exc:
+                log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
                 message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
                 held = [_failure_event(canvas, message, "TurnNotSaved")]
                 committed = _result_of(held, result.answer)
                 self._try_release(claim)
+            except Exception as exc:  # noqa: BLE001 - the outcome is read back below
+                log.warning(
+                    "saving the turn of session %s failed (%s); reading back its outcome",
+                    claim.session_id,
+                    exc,
+                )
+                committed = self._outcome_after_failed_commit(canvas, claim, result)
             if committed is not result and committed.final_event not in held:
                 held = [committed.final_event]
             result = committed
@@ -564,11 +588,81 @@ class TurnService:
                 self._active.discard(turn)
 
     def _try_release(self, claim: _Claim) -> None:
+        """Give the lease back now, or as soon as the database answers again."""
         try:
             with db.connection_context():
                 self._release(claim)
         except PeeweeException:
-            log.warning("could not release the lease of session %s; it expires by itself", claim.session_id)
+            log.warning(
+                "could not release the lease of session %s yet; retrying in the background", claim.session_id
+            )
+            self.keeper.release_later(claim.owner, lambda: self._release(claim))
+
+    def _outcome_after_failed_commit(self, canvas: Canvas, claim: _Claim, result: TurnResult) -> TurnResult:
+        """What to answer when the commit raised: was the turn saved? (DESIGN §11).
+
+        The connection may have dropped after the database committed, so the session
+        is read back — waiting up to :data:`OUTCOME_WAIT_SECONDS` for the database to
+        answer — and the client told the truth: the turn as committed, "not saved"
+        (the lease is released at once), or, only if the database stays out of reach,
+        "outcome unknown" with the ``message_id`` to look for (the lease is released
+        in the background as soon as the database is back).
+        """
+        message_id = result.final_event.get("message_id") or (canvas.turn or {}).get("message_id", "")
+        saved = self._read_back(claim, message_id, result.status in ("succeeded", "paused"))
+        if saved:
+            return result
+        if saved is None:
+            self.keeper.release_later(claim.owner, lambda: self._release(claim))
+            message = (
+                f"the database connection was lost while this turn was being saved, and the database "
+                f"could not be reached again to tell whether it was; before sending the turn again, look "
+                f"for message_id {message_id!r} in the session's messages"
+            )
+            error_type = "TurnOutcomeUnknown"
+        else:
+            self._try_release(claim)
+            if result.status not in ("succeeded", "paused"):
+                return result  # it failed anyway; only its error was not recorded
+            message = (
+                "the database connection was lost while this turn was being saved; it was not saved "
+                "and the session is as it was before this turn: send it again"
+            )
+            error_type = "TurnNotSaved"
+        event = _failure_event(canvas, message, error_type)
+        event["message_id"] = message_id
+        return _result_of([event], result.answer)
+
+    def _read_back(self, claim: _Claim, message_id: str, logged: bool) -> bool | None:
+        """Whether the turn's commit was applied: ``True``, ``False``, or ``None`` if the
+        database cannot be reached within :data:`OUTCOME_WAIT_SECONDS`.
+
+        The commit bumps the version only where this turn's lease still held, and
+        appends the turn's messages (round and ``message_id``) in the same transaction.
+        """
+        give_up = time.monotonic() + OUTCOME_WAIT_SECONDS
+        while True:
+            try:
+                with db.connection_context():
+                    row = Session.select(Session.version).where(Session.id == claim.session_id).first()
+                    if row is None or row.version == claim.version:
+                        return False
+                    if not logged:
+                        return True
+                    return (
+                        MessageLog.select(MessageLog.id)
+                        .where(
+                            (MessageLog.session_id == claim.session_id)
+                            & (MessageLog.round == claim.round + 1)
+                            & (MessageLog.message_id == message_id)
+                        )
+                        .exists()
+                    )
+            except PeeweeException as exc:
+                if time.monotonic() >= give_up:
+                    log.warning("the outcome of a turn of session %s is unknown: %s", claim.session_id, exc)
+                    return None
+                time.sleep(0.25)
 
     def _commit(self, canvas: Canvas, claim: _Claim, req: TurnRequest, result: TurnResult) -> TurnResult:
         """The one transaction at the end of a turn; returns the result as committed."""

@@ -1,0 +1,286 @@
+"""A database outage under load: a private MariaDB killed and restarted while clients run turns.
+
+Used by ``tests/e2e/test_faults.py`` (which asserts) and ``bench/faults.py`` (which
+prints the figures). Never touches the shared MariaDB on port 3306: the database here
+is a private ``mariadbd`` in a temporary folder, on its own port and socket.
+
+The scenario: one ``agentcanvas serve`` with 2 workers on the private database; 8
+clients, each on its own session of the counter sample, send blocking turns with a
+unique question each. Mid-run the database is SIGKILLed, left down a moment, and
+started again. A client acts as a careful one would: on "not saved" (or a 503 before
+the turn ran) it sends the same question again; on "outcome unknown" it does not.
+Then every session is read straight from the database and compared with what its
+client was told.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import requests
+
+from tests.api.conftest import sample
+from tests.e2e.conftest import Client, Deployment, free_port
+
+MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
+
+
+class PrivateMariaDB:
+    """A throwaway ``mariadbd`` of this test alone (data in ``folder``), killed at the end."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.data = folder / "data"
+        self.port = free_port()
+        self.socket = folder / "mysqld.sock"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/agentcanvas_faults"
+
+    def install(self) -> PrivateMariaDB:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [INSTALL_DB, "--no-defaults", f"--datadir={self.data}", "--user=root", "--skip-test-db"]
+            + ["--auth-root-authentication-method=normal"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, f"mariadb-install-db failed:\n{done.stdout}\n{done.stderr}"
+        return self
+
+    def start(self) -> None:
+        log = open(self.folder / "mariadbd.log", "a", encoding="utf-8")  # noqa: SIM115 - the process keeps it
+        self.proc = subprocess.Popen(
+            [MARIADBD, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}"]
+            + [f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables"]
+            + ["--skip-log-bin", "--innodb-buffer-pool-size=32M", f"--pid-file={self.folder / 'pid'}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.wait_ready()
+
+    def wait_ready(self, seconds: float = 60) -> None:
+        end = time.monotonic() + seconds
+        while True:
+            try:
+                pymysql.connect(host="127.0.0.1", port=self.port, user="root", connect_timeout=2).close()
+                return
+            except pymysql.MySQLError:
+                assert self.proc is not None and self.proc.poll() is None, "the private mariadbd exited"
+                assert time.monotonic() < end, "the private mariadbd did not start"
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would (InnoDB recovers at the next start)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def query(self, sql: str, *args: Any) -> list[tuple]:
+        conn = pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", database="agentcanvas_faults", charset="utf8mb4"
+        )
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                return list(cur.fetchall())
+        finally:
+            conn.close()
+
+
+@dataclass
+class Reply:
+    at: float
+    question: str
+    status: int
+    kind: str  # ok, not_saved, unknown, busy, unavailable, other
+    message_id: str = ""
+
+
+@dataclass
+class Figures:
+    acknowledged: int = 0
+    persisted: int = 0
+    lost: int = 0
+    double_applied: int = 0
+    wrong_not_saved: int = 0
+    not_saved: int = 0
+    unknown: int = 0
+    unavailable: int = 0
+    busy_after_back: float = 0.0
+    #: error replies whose text names the database (host, port, driver): must be none
+    driver_text: list[str] = field(default_factory=list)
+    #: 503 replies without a Retry-After header: must be none
+    no_retry_after: int = 0
+    #: what the embed route answered while the database was down: (status, Retry-After, message)
+    embed_during_outage: tuple | None = None
+    first_success_after_restart: float | None = None
+    turns_sent: int = 0
+    per_session: dict[str, dict] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        first = self.first_success_after_restart
+        return [
+            f"turns sent (replies)            {self.turns_sent}",
+            f"acknowledged (200)              {self.acknowledged}",
+            f"persisted                       {self.persisted}",
+            f"lost (acknowledged, not stored) {self.lost}",
+            f"double-applied                  {self.double_applied}",
+            f'"not saved" replies             {self.not_saved}',
+            f'wrong "not saved" (was saved)   {self.wrong_not_saved}',
+            f'"outcome unknown" replies       {self.unknown}',
+            f"503 before the turn ran         {self.unavailable}",
+            f"longest busy after DB back (s)  {self.busy_after_back:.2f}",
+            f"replies showing driver text     {len(self.driver_text)}",
+            f"503 without Retry-After         {self.no_retry_after}",
+            "first success after restart (s) " + ("never" if first is None else f"{first:.2f}"),
+        ]
+
+
+def _classify(resp: requests.Response) -> tuple[str, str]:
+    try:
+        body = resp.json()
+    except ValueError:
+        return "other", ""
+    data = body.get("data") or {}
+    message_id = str(data.get("message_id") or "") if isinstance(data, dict) else ""
+    if resp.status_code == 200:
+        return "ok", message_id
+    error_type = (data.get("data") or {}).get("error_type") if isinstance(data, dict) else None
+    if error_type == "TurnNotSaved":
+        return "not_saved", message_id
+    if error_type == "TurnOutcomeUnknown":
+        return "unknown", message_id
+    if resp.status_code == 409 and body.get("code") == 106:
+        return "busy", ""
+    if resp.status_code == 503:
+        return "unavailable", ""
+    return "other", f"{resp.status_code} {body.get('message')}"
+
+
+def _leaks_driver_text(text: str, port: int) -> bool:
+    lowered = text.lower()
+    return any(s in lowered for s in ("127.0.0.1", f":{port}", str(port), "pymysql", "mysql server", "errno"))
+
+
+def run_outage(
+    workdir: Path, clients: int = 8, before: float = 3.0, down: float = 2.0, after: float = 5.0
+) -> Figures:
+    """Run the scenario of the module docstring; the figures, measured from the database."""
+    database = PrivateMariaDB(workdir / "mariadb").install()
+    database.start()
+    deployment = Deployment(database.url, workdir)
+    try:
+        token = deployment.token()
+        embed_token = deployment.cli("token", "create", "--tenant", "e2e", "--embed").split()[-1]
+        client = Client(deployment.server(workers=2, threads=8).url, token)
+        agent_id = client.create_agent("counter", sample("counter"))
+        sessions = [client.create_session(agent_id) for _ in range(clients)]
+        replies: dict[str, list[Reply]] = {s: [] for s in sessions}
+        stop = threading.Event()
+        checks = Figures()
+
+        def look_at(resp: requests.Response) -> None:
+            if resp.status_code != 200 and _leaks_driver_text(resp.text, database.port):
+                checks.driver_text.append(resp.text[:300])
+            if resp.status_code == 503 and not resp.headers.get("Retry-After"):
+                checks.no_retry_after += 1
+
+        def run_client(session_id: str) -> None:
+            n, retry = 0, None
+            while not stop.is_set():
+                question = retry or f"q{n}"
+                if retry is None:
+                    n += 1
+                retry = None
+                try:
+                    resp = client.ask(agent_id, session_id, question, timeout=30)
+                    look_at(resp)
+                    kind, message_id = _classify(resp)
+                    status = resp.status_code
+                except requests.RequestException as exc:
+                    kind, message_id, status = "other", str(exc), 0
+                replies[session_id].append(Reply(time.monotonic(), question, status, kind, message_id))
+                if kind in ("not_saved", "unavailable", "busy", "other"):
+                    retry = question  # nothing was applied (as far as we were told): again
+                    time.sleep(0.05)
+
+        threads = [threading.Thread(target=run_client, args=(s,), daemon=True) for s in sessions]
+        for t in threads:
+            t.start()
+        time.sleep(before)
+        database.kill()
+        time.sleep(down / 2)
+        embed = requests.post(
+            f"{client.base_url}/api/v1/agentbots/{agent_id}/completions",
+            json={"question": "hi", "stream": False, "user_id": os.urandom(16).hex()},
+            headers={"Authorization": f"Bearer {embed_token}"},
+            timeout=60,
+        )
+        look_at(embed)
+        embed_seen = (embed.status_code, embed.headers.get("Retry-After"), embed.text[:300])
+        time.sleep(down / 2)
+        database.start()
+        back = time.monotonic()
+        time.sleep(after)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        figures = _figures(database, replies, back)
+        figures.driver_text, figures.no_retry_after = checks.driver_text, checks.no_retry_after
+        figures.embed_during_outage = embed_seen
+        return figures
+    finally:
+        deployment.close()
+        database.kill()
+
+
+def _figures(database: PrivateMariaDB, replies: dict[str, list[Reply]], back: float) -> Figures:
+    figures = Figures()
+    first_ok = None
+    for session_id, seen in replies.items():
+        rows = database.query(
+            "SELECT message_id, content FROM message_log WHERE session_id = %s AND role = 'user'", session_id
+        )
+        stored_ids = {r[0] for r in rows}
+        snapshot = database.query("SELECT snapshot FROM session WHERE id = %s", session_id)[0][0]
+        said = json.loads(snapshot)["globals"].get("env.said") or []
+        acknowledged = [r for r in seen if r.kind == "ok"]
+        figures.turns_sent += len(seen)
+        figures.acknowledged += len(acknowledged)
+        figures.persisted += len(rows)
+        figures.lost += sum(1 for r in acknowledged if r.message_id not in stored_ids)
+        figures.double_applied += len(said) - len(set(said))
+        not_saved = [r for r in seen if r.kind == "not_saved"]
+        figures.not_saved += len(not_saved)
+        figures.wrong_not_saved += sum(1 for r in not_saved if r.message_id in stored_ids)
+        figures.unknown += sum(1 for r in seen if r.kind == "unknown")
+        figures.unavailable += sum(1 for r in seen if r.kind == "unavailable")
+        busy_after = [r.at - back for r in seen if r.kind == "busy" and r.at > back]
+        figures.busy_after_back = max([figures.busy_after_back, *busy_after])
+        after_ok = [r.at - back for r in acknowledged if r.at > back]
+        if after_ok:
+            first_ok = min(after_ok) if first_ok is None else min(first_ok, min(after_ok))
+        figures.per_session[session_id] = {
+            "acknowledged": len(acknowledged),
+            "persisted": len(rows),
+            "unknown": sum(1 for r in seen if r.kind == "unknown"),
+            "other": [r.message_id for r in seen if r.kind == "other"][:3],
+        }
+    figures.first_success_after_restart = first_ok
+    return figures
