@@ -7,9 +7,12 @@ or name, or a list of them —; ``query`` (a template, or a bare reference; defa
 (0.5: the weight of the term score, so the vector weight is ``1 -`` it); ``top_n``
 (8 chunks); ``top_k`` (1024 candidates); ``empty_response`` (the output when
 nothing is found). ``rerank_id``, ``use_kg``, ``toc_enhance``, ``cross_languages``,
-``meta_data_filter`` and ``retrieval_from: memory`` are refused at load time with
-a clear error: this runtime does not do them. An empty ``kb_ids`` (as RAGFlow's
-templates ship) loads with a warning and finds nothing until a dataset is set.
+and ``meta_data_filter`` are refused at load time with a clear error: this runtime
+does not do them. An empty ``kb_ids`` (as RAGFlow's templates ship) loads with a
+warning and finds nothing until a dataset is set. ``retrieval_from: "memory"`` with
+``memory_ids`` searches RAGFlow Memories of the tenant instead ("retrieve from
+memory", :mod:`api.services.memories`): the messages found, best first, are the
+outputs (no citations).
 
 Outputs: ``formalized_content`` (the chunks as knowledge blocks for a prompt, each
 starting ``ID: n``, the number an answer cites as ``[ID:n]``) and ``json`` (the
@@ -68,6 +71,7 @@ class RetrievalParam(ComponentParamBase):
         self.cross_languages: Any = []
         self.meta_data_filter: Any = {}
         self.retrieval_from: Any = "dataset"
+        self.memory_ids: Any = []
 
     def check(self) -> None:
         ids = self.dataset_ids or self.kb_ids or []
@@ -103,7 +107,14 @@ class RetrievalParam(ComponentParamBase):
         for value, what in unsupported:
             if value:
                 raise ValueError(f"{what} is not supported by this runtime; remove it or set it empty")
-        if self.retrieval_from not in (None, "", "dataset"):
+        if self.memory_ids is None:
+            self.memory_ids = []
+        if not isinstance(self.memory_ids, list) or not all(isinstance(m, str) and m for m in self.memory_ids):
+            raise ValueError(f"memory_ids must be a list of Memory ids, got {self.memory_ids!r}")
+        if self.retrieval_from == "memory":
+            if not self.memory_ids:
+                raise ValueError("retrieval_from 'memory' needs memory_ids: the Memories to search")
+        elif self.retrieval_from not in (None, "", "dataset"):
             raise ValueError(
                 f"retrieval_from {self.retrieval_from!r} is not supported; Retrieval searches datasets ('dataset')"
             )
@@ -117,7 +128,7 @@ class Retrieval(ComponentBase):
 
     def __init__(self, canvas: Any, cpn_id: str, param: RetrievalParam, entry: dict):
         super().__init__(canvas, cpn_id, param, entry)
-        if not param.kb_ids:
+        if not param.kb_ids and param.retrieval_from != "memory":
             canvas.warnings.append(f"{cpn_id}: kb_ids is empty; it finds nothing until a dataset is set")
         self._formalized = ""
 
@@ -153,7 +164,8 @@ class Retrieval(ComponentBase):
         self._formalized = empty
         self.set_output("formalized_content", empty)
         self.set_output("json", [])
-        ids = self._dataset_ids()
+        from_memory = self._param.retrieval_from == "memory"
+        ids = self._param.memory_ids if from_memory else self._dataset_ids()
         if not query or not ids:
             return None
         retriever = self._canvas.services.get("retriever")
@@ -163,6 +175,8 @@ class Retrieval(ComponentBase):
                 "a Canvas run alone has none",
                 retryable=False,
             )
+        if from_memory:
+            return self._from_memory(retriever, query)
         try:
             found = retriever.retrieve(
                 ids,
@@ -185,6 +199,25 @@ class Retrieval(ComponentBase):
         self._formalized = knowledge_blocks(chunks, numbers)
         self.set_output("formalized_content", self._formalized)
         self.set_output("json", chunks)
+        return None
+
+    def _from_memory(self, retriever: Any, query: str) -> None:
+        """Search the Memories: the messages found are the outputs, best first."""
+        try:
+            messages = retriever.search_memory(
+                self._param.memory_ids,
+                query,
+                top_n=self._param.top_n,
+                similarity_threshold=self._param.similarity_threshold,
+            )
+        except (Cancelled, LimitError):
+            raise
+        except Exception as e:  # noqa: BLE001 - the host's error, with its own message
+            raise self.fail(str(e) or type(e).__name__, retryable=False) from None
+        if messages:
+            self._formalized = "\n\n".join(f"Memory ({m['message_type']}): {m['content']}" for m in messages)
+            self.set_output("formalized_content", self._formalized)
+            self.set_output("json", messages)
         return None
 
     # -- as a tool ----------------------------------------------------------------------

@@ -130,6 +130,15 @@ class Retriever:
             deadline=deadline,
         )
 
+    def search_memory(
+        self, memory_ids: list[str], query: str, *, top_n: int = 8, similarity_threshold: float = 0.2
+    ) -> list[dict]:
+        """What Retrieval with ``retrieval_from: "memory"`` calls: this tenant's Memories'
+        messages for ``query`` (:func:`api.services.memories.search_messages`)."""
+        from api.services import memories
+
+        return memories.search_messages(self.tenant_id, memory_ids, query, top_n, similarity_threshold)
+
     def search_request(self, body: dict) -> dict:
         """``POST /retrieval``: check the body as RAGFlow's API takes it, then :meth:`search`."""
         for name, what in (

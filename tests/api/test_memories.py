@@ -217,3 +217,41 @@ def test_keyed_memory_and_memories_share_the_table_without_mixing(mapi: Api, llm
     }
     mapi.delete(f"/agents/{agent_id}/memory/u1")
     assert len(mapi.get("/messages", query_string={"memory_id": memory["id"]}).json["data"]) == 1
+
+
+def test_retrieval_from_memory_feeds_the_prompt(mapi: Api, llm: LLMServer):
+    memory = new_memory(mapi)
+    add(mapi, [memory["id"]], "My cat is called Pixel", "Lovely.", user_id="u1")
+    add(mapi, [memory["id"]], "I live in Lisbon", "Nice city.", user_id="u1")
+    dsl = dsl_of(
+        {
+            "Retrieval:Recall": (
+                "Retrieval",
+                {"retrieval_from": "memory", "memory_ids": [memory["id"]], "top_n": 1},
+                ["LLM:Answer"],
+            ),
+            "LLM:Answer": (
+                "LLM",
+                {"sys_prompt": "Known about the user:\n{Retrieval:Recall@formalized_content}"},
+                ["Message:Out"],
+            ),
+            "Message:Out": ("Message", {"content": ["{LLM:Answer@content}"]}, []),
+        }
+    )
+    agent_id = mapi.create_agent(dsl)
+    resp = mapi.ask(agent_id, None, "what is the name of my cat?")
+    assert resp.status_code == 200, resp.json
+    system = llm.chat_requests()[-1]["messages"][0]["content"]
+    assert "Memory (raw): User Input: My cat is called Pixel" in system and "Lisbon" not in system
+
+    # Another tenant's Memory cannot be searched from an agent.
+    other = Api(mapi.app, make_token(mapi.app, "tenant-b"))
+    foreign = other.create_agent(dsl)
+    failed = other.ask(foreign, None, "cat?")
+    assert failed.status_code >= 400 and "not found" in failed.json["message"]
+
+
+def test_retrieval_from_memory_needs_memory_ids(mapi: Api):
+    dsl = dsl_of({"Retrieval:Recall": ("Retrieval", {"retrieval_from": "memory"}, [])})
+    resp = mapi.post("/agents", json={"title": "t", "dsl": dsl})
+    assert resp.status_code == 400 and "memory_ids" in resp.json["message"]
