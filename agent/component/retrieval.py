@@ -109,7 +109,9 @@ class RetrievalParam(ComponentParamBase):
                 raise ValueError(f"{what} is not supported by this runtime; remove it or set it empty")
         if self.memory_ids is None:
             self.memory_ids = []
-        if not isinstance(self.memory_ids, list) or not all(isinstance(m, str) and m for m in self.memory_ids):
+        if not isinstance(self.memory_ids, list) or not all(
+            isinstance(m, str) and m for m in self.memory_ids
+        ):
             raise ValueError(f"memory_ids must be a list of Memory ids, got {self.memory_ids!r}")
         if self.retrieval_from == "memory":
             if not self.memory_ids:
