@@ -17,7 +17,6 @@ matter) and works while a server runs on the same database.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,13 +25,12 @@ from typing import Any
 from peewee import PeeweeException
 
 from agent.errors import CanvasError
-from agent.settings import load_settings, resource_dir
+from agent.settings import load_settings
 from api import config as app_config
 from api.db import Agent, db, init_database
 from api.errors import ApiError
+from api.services.agents import SAMPLES_DIR, read_agent_file
 from api.services.tokens import DEFAULT_TENANT
-
-SAMPLES_DIR = resource_dir("samples")
 
 
 def _settings() -> dict[str, Any]:
@@ -112,30 +110,6 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- agents
-def read_agent_file(path: str | Path) -> tuple[str, dict, str]:
-    """``(title, dsl, description)`` from a RAGFlow export or a bare DSL file."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ValueError(f"{str(path)!r} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{str(path)!r} must hold a JSON object (a DSL or a RAGFlow export)")
-    if "components" not in data and isinstance(data.get("dsl"), dict):
-        title = _localized(data.get("title")) or path.stem
-        return title, data["dsl"], _localized(data.get("description"))
-    return path.stem, data, ""
-
-
-def _localized(text: Any) -> str:
-    """RAGFlow's templates give ``title``/``description`` per language: take English."""
-    if isinstance(text, dict):
-        text = text.get("en") or next(iter(text.values()), "")
-    return "" if text is None else str(text)
-
-
 def import_agent(tenant_id: str, path: str | Path, title: str | None, limits: Any) -> Agent:
     from api.services import agents
 

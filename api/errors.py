@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from flask import has_request_context, request
 from peewee import InterfaceError, OperationalError, PeeweeException
 from werkzeug.exceptions import HTTPException
 
@@ -26,7 +27,9 @@ ARGUMENT_ERROR = 101
 DATA_ERROR = 102
 OPERATING_ERROR = 103
 RUNNING = 106
-AUTHENTICATION_ERROR = 109
+AUTHENTICATION_ERROR = 109  # what RAGFlow (and ragflow-sdk 0.22's server) answered a bad token with
+UNAUTHORIZED = 401  # what current RAGFlow answers a missing or bad token with
+NOT_FOUND = 404  # current RAGFlow's code for a route that does not exist
 
 
 #: What a client is told to wait before retrying after a database outage.
@@ -75,7 +78,7 @@ class Busy(ApiError):
 
 
 class AuthError(ApiError):
-    code, status = AUTHENTICATION_ERROR, 401
+    code, status = UNAUTHORIZED, 401
 
 
 class RateLimited(ApiError):
@@ -205,7 +208,12 @@ def _http_reply(exc: HTTPException) -> tuple[dict, int]:
     if status == 413:
         return envelope(ARGUMENT_ERROR, exc.description or "the request body is too large"), 413
     if status == 404:
-        return envelope(DATA_ERROR, "no such route; the API lives under /api/v1 (see README)"), 404
+        # As current RAGFlow: the path named, and ``error`` beside the envelope.
+        path = request.path if has_request_context() else ""
+        reply = envelope(
+            NOT_FOUND, f"Not Found: {path} is no route; the API lives under /api/v1 (see README)"
+        )
+        return {**reply, "error": "Not Found"}, 404
     if status == 405:
         allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
         return envelope(

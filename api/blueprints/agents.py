@@ -1,4 +1,4 @@
-"""``/api/v1/agents``: agents and their versions."""
+"""``/api/v1/agents``: agents, their versions and releases, templates, component forms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.config import canvas_limits
-from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id
+from api.http import arg_flag, field, flag, json_body, ok, order_args, page_args, tenant_id
 from api.services import agents
 
 bp = Blueprint("agents", __name__, url_prefix="/api/v1")
@@ -25,6 +25,7 @@ def create_agent() -> ResponseReturnValue:
         body.get("dsl"),
         body.get("description"),
         canvas_limits(current_app.config),
+        release=flag(body.get("release"), "release"),
     )
     return ok(agents.agent_json(agent))
 
@@ -43,6 +44,18 @@ def list_agents() -> ResponseReturnValue:
     return ok({"canvas": listed, "total": total})
 
 
+@bp.get("/agents/templates")
+def list_templates() -> ResponseReturnValue:
+    """The bundled sample agents, as RAGFlow lists its templates."""
+    return ok(agents.templates())
+
+
+@bp.get("/agents/<agent_id>/components/<component_id>/input-form")
+def component_input_form(agent_id: str, component_id: str) -> ResponseReturnValue:
+    """The form a Begin or UserFillUp of the agent's draft declares (``{}`` for other components)."""
+    return ok(agents.component_form(tenant_id(), agent_id, component_id, canvas_limits(current_app.config)))
+
+
 @bp.get("/agents/<agent_id>")
 def get_agent(agent_id: str) -> ResponseReturnValue:
     return ok(agents.agent_json(agents.get_agent(tenant_id(), agent_id)))
@@ -50,7 +63,9 @@ def get_agent(agent_id: str) -> ResponseReturnValue:
 
 @bp.put("/agents/<agent_id>")
 def update_agent(agent_id: str) -> ResponseReturnValue:
-    agent = agents.update_agent(tenant_id(), agent_id, json_body(), canvas_limits(current_app.config))
+    body = json_body()
+    release = flag(body.get("release"), "release")
+    agent = agents.update_agent(tenant_id(), agent_id, body, canvas_limits(current_app.config), release)
     return ok(agents.agent_json(agent))
 
 

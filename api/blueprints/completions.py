@@ -83,8 +83,25 @@ def blocking_reply(turn: Turn) -> tuple[Response, int]:
     return reply, status
 
 
+def custom_header(body: dict) -> dict[str, str] | None:
+    """RAGFlow's ``custom_header``: HTTP headers for the turn's MCP tool calls.
+
+    Handed to the canvas as the ``custom_header`` service for this turn only: it is
+    never stored (RAGFlow keeps it in the session, secrets included).
+    """
+    headers = body.get("custom_header")
+    if headers in (None, ""):
+        return None
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ArgumentError("'custom_header' must be an object of header names and text values")
+    return headers
+
+
 def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:
     """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)."""
+    headers = custom_header(body)
     # RAGFlow's SDK sends "question"; its HTTP docs say "query".
     query = field(body, "question" if body.get("question") is not None else "query", str, default="")
     return TurnRequest(
@@ -97,6 +114,8 @@ def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnReq
         user_id=field(body, "user_id", str, default="", max_length=255),
         invoke_from=invoke_from,
         session_name=field(body, "name", str, default="", max_length=255),
+        release=flag(body.get("release"), "release"),
+        services={"custom_header": headers} if headers else None,
     )
 
 

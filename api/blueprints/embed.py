@@ -151,6 +151,8 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
     _count_visitor(agent_id, end_user)
     req = turn_request(agent_id, body, invoke_from="embed")
     req.end_user = end_user
+    req.release = None  # the page runs the latest release when there is one, else the draft
+    req.services = None  # a visitor sets no headers for the tenant's MCP servers
     # An anonymous visitor's message and files are bounded like one form value, not
     # only by the request body limit: they go into the session's history and log.
     limit = turn_service().limits.max_value_bytes

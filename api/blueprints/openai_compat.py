@@ -110,6 +110,8 @@ def _read_request(agent_id: str, body: dict) -> tuple[TurnRequest, bool, str, bo
         inputs=field(body, "inputs", dict),
         user_id=field(body, "user", str, default="", max_length=255),
         invoke_from="openai",
+        # The latest release when there is one, else the draft; ``release`` as on /completions.
+        release=flag(body.get("release"), "release") if "release" in body else None,
     )
     stream = flag(body.get("stream"), "stream", default=False)
     model = field(body, "model", str, default="", max_length=255) or agent_id

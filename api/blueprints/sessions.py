@@ -7,7 +7,17 @@ from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
 from api.errors import ArgumentError, NotFound
-from api.http import arg_flag, field, json_body, ok, order_args, page_args, tenant_id, transcript_page_args
+from api.http import (
+    arg_flag,
+    field,
+    flag,
+    json_body,
+    ok,
+    order_args,
+    page_args,
+    tenant_id,
+    transcript_page_args,
+)
 from api.services import sessions, variables
 from api.services.turns import turn_service
 
@@ -20,7 +30,11 @@ def create_session(agent_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
     name = field(body, "name", str, default="", max_length=255)
     user_id = field(body, "user_id", str, default="", max_length=255)
-    row, prologue = turn_service().create_session(tenant_id(), agent_id, name=name, user_id=user_id)
+    # As RAGFlow: ``release`` in the body or the query runs the latest published version.
+    release = flag(body["release"] if "release" in body else request.args.get("release"), "release")
+    row, prologue = turn_service().create_session(
+        tenant_id(), agent_id, name=name, user_id=user_id, release=release
+    )
     message = [{"role": "assistant", "content": prologue}] if prologue else []
     return ok(sessions.session_json(row, message))
 
@@ -58,7 +72,8 @@ def get_session(agent_id: str, session_id: str) -> ResponseReturnValue:
 @bp.delete("/agents/<agent_id>/sessions")
 def delete_sessions(agent_id: str) -> ResponseReturnValue:
     body = json_body()
-    deleted, errors = sessions.delete_sessions(tenant_id(), agent_id, body.get("ids"))
+    delete_all = flag(body.get("delete_all"), "delete_all")
+    deleted, errors = sessions.delete_sessions(tenant_id(), agent_id, body.get("ids"), delete_all)
     if errors and not deleted:
         raise NotFound("; ".join(errors), {"success_count": 0, "errors": errors})
     if errors:
@@ -67,6 +82,14 @@ def delete_sessions(agent_id: str) -> ResponseReturnValue:
             message=f"deleted {deleted} session(s); {len(errors)} error(s)",
         )
     return ok({"success_count": deleted})
+
+
+@bp.delete("/agents/<agent_id>/sessions/<session_id>")
+def delete_session(agent_id: str, session_id: str) -> ResponseReturnValue:
+    deleted, errors = sessions.delete_sessions(tenant_id(), agent_id, [session_id])
+    if errors:
+        raise NotFound(errors[0])
+    return ok(True)
 
 
 @bp.get("/agents/<agent_id>/sessions/<session_id>/variables")

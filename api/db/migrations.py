@@ -164,6 +164,13 @@ def _create_webhook_logs(database: Database) -> None:
     WebhookLog.create_table(safe=True)
 
 
+def _add_releases(database: Database) -> None:
+    _add_columns(database, AgentVersion._meta.table_name, {"release": BooleanField(default=False)})
+    _add_columns(
+        database, Agent._meta.table_name, {"release_version_id": CharField(max_length=32, null=True)}
+    )
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -183,6 +190,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (11, "memory (RAGFlow's Memory); memory_entry.memory_id, status, source_id", _add_memories),
     (12, "mcp_server: the MCP servers of a tenant", _create_mcp_servers),
     (13, "webhook_log: the runs of agents' webhooks", _create_webhook_logs),
+    (14, "agent_version.release, agent.release_version_id: drafts and releases", _add_releases),
 ]
 
 

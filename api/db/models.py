@@ -99,6 +99,9 @@ class Agent(BaseModel):
     session_ttl_seconds = BigIntegerField(null=True)
     # The agent's own rate limits, JSON {"embed": "10/second", "webhook": ...} (api.ratelimit).
     rate_limits = TextField(null=True)
+    # The latest published version (``release: true``), or None: new sessions made with
+    # ``release`` (and through the embed page and the OpenAI-compatible route) run it.
+    release_version_id = CharField(max_length=32, null=True)
     create_time = BigIntegerField(default=now_ms)
     update_time = BigIntegerField(default=now_ms)
 
@@ -114,6 +117,8 @@ class AgentVersion(BaseModel):
     number = IntegerField()
     title = CharField(max_length=255)
     dsl = LongTextField()
+    # Published (RAGFlow's ``release``); a published version is never changed.
+    release = BooleanField(default=False)
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:

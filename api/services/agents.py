@@ -1,20 +1,31 @@
-"""Agents and their versions.
+"""Agents, their versions, drafts and releases, and the bundled templates.
 
 A DSL is accepted only if :class:`agent.canvas.Canvas` loads it; the runtime's
 ``DSLError`` names the component at fault and is passed on as is. Every change of
 the DSL saves a new version; sessions stay on the version they started with.
+
+Drafts and releases, as RAGFlow: the agent's ``dsl`` is the editable draft (its
+newest version). ``release: true`` on create or update publishes the version it
+saves (or, with no new DSL, the draft as it is); published versions never change,
+and the newest one is ``release_version_id``. Which version a new session runs is
+:func:`runnable_version`'s choice: the draft, the latest release (``release``), or
+the latest release when there is one and else the draft (embed page, OpenAI route).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from peewee import IntegrityError
 
 from agent.canvas import Canvas, Limits
+from agent.component.form_base import FormComponent
 from agent.component.retrieval import dataset_ids_in
+from agent.forms import public_form
+from agent.settings import resource_dir
 from api import ratelimit
 from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
@@ -22,6 +33,8 @@ from api.services.retention import trash_sessions
 
 ORDER_FIELDS = ("create_time", "update_time", "title")
 MAX_TITLE = 255
+#: The bundled sample agents: ``agentcanvas quickstart`` loads them, ``GET /agents/templates`` lists them.
+SAMPLES_DIR = resource_dir("samples")
 
 
 def unwrap_export(dsl: Any) -> Any:
@@ -105,7 +118,10 @@ def _title_taken(tenant_id: str, title: str) -> Conflict:
     return Conflict(f"an agent titled {title!r} already exists; choose another title or update that agent")
 
 
-def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits: Limits) -> Agent:
+def create_agent(
+    tenant_id: str, title: Any, dsl: Any, description: Any, limits: Limits, release: bool = False
+) -> Agent:
+    """A new agent whose first version is its draft, and also its first release if ``release``."""
     title = check_title(title)
     description = check_description(description)
     text, canvas = check_dsl(dsl, limits)
@@ -124,17 +140,26 @@ def create_agent(tenant_id: str, title: Any, dsl: Any, description: Any, limits:
                 create_time=now,
                 update_time=now,
             )
-            version = AgentVersion.create(agent_id=agent.id, number=1, title=title, dsl=text, create_time=now)
-            Agent.update(version_id=version.id).where(Agent.id == agent.id).execute()
+            version = AgentVersion.create(
+                agent_id=agent.id, number=1, title=title, dsl=text, release=release, create_time=now
+            )
             agent.version_id = version.id
+            agent.release_version_id = version.id if release else None
+            Agent.update(version_id=agent.version_id, release_version_id=agent.release_version_id).where(
+                Agent.id == agent.id
+            ).execute()
     except IntegrityError:
         raise _title_taken(tenant_id, title) from None
     agent.warnings = list(canvas.warnings)
     return agent
 
 
-def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> Agent:
-    """Change title, description and/or DSL; a new DSL becomes a new version."""
+def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits, release: bool = False) -> Agent:
+    """Change title, description and/or DSL; a new DSL becomes a new version (the draft).
+
+    ``release`` publishes the draft: the new version, or the current draft when no DSL
+    is given or it is the draft's own.
+    """
     changes: dict[str, Any] = {}
     if body.get("title") is not None:
         changes["title"] = check_title(body["title"])
@@ -153,9 +178,10 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
         text, canvas = check_dsl(body["dsl"], limits)
         check_datasets(tenant_id, canvas)
         warnings = list(canvas.warnings)
-    if not changes and text is None:
+    if not changes and text is None and not release:
         raise ArgumentError(
-            "nothing to update: give 'title', 'description', 'dsl', 'rate_limits' and/or 'session_ttl_seconds'"
+            "nothing to update: give 'title', 'description', 'dsl', 'rate_limits', "
+            "'session_ttl_seconds' and/or 'release': true"
         )
     now = now_ms()
     try:
@@ -167,6 +193,8 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
                 and Agent.select().where((Agent.tenant_id == tenant_id) & (Agent.title == title)).exists()
             ):
                 raise _title_taken(tenant_id, title)
+            if text is not None and text == agent.dsl and release:
+                text = None  # publishing the draft as it is: no new version
             if text is not None:
                 last = (
                     AgentVersion.select(AgentVersion.number)
@@ -179,9 +207,15 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits) -> A
                     number=(last.number if last else 0) + 1,
                     title=title,
                     dsl=text,
+                    release=release,
                     create_time=now,
                 )
                 changes.update(dsl=text, version_id=version.id)
+                if release:
+                    changes["release_version_id"] = version.id
+            elif release:
+                AgentVersion.update(release=True).where(AgentVersion.id == agent.version_id).execute()
+                changes["release_version_id"] = agent.version_id
             changes["update_time"] = now
             Agent.update(**changes).where(Agent.id == agent_id).execute()
     except IntegrityError:
@@ -225,11 +259,61 @@ def list_agents(
     return rows, total
 
 
+def runnable_version(tenant_id: str, agent_id: str, release: bool | None) -> tuple[Agent, str, str]:
+    """``(agent, version id, DSL text)`` a new session of the agent runs.
+
+    ``release``: False, the draft; True, the latest release (:class:`Conflict` if none
+    was published); None, the latest release when there is one, else the draft.
+    """
+    agent = get_agent(tenant_id, agent_id)
+    if release is False or (release is None and not agent.release_version_id):
+        return agent, agent.version_id, agent.dsl
+    if not agent.release_version_id:
+        raise Conflict(
+            f"agent {agent_id!r} has no published version; publish one with 'release': true "
+            f"on PUT /agents/{agent_id} (or leave out 'release' to run the draft)"
+        )
+    version = AgentVersion.get_by_id(agent.release_version_id)
+    return agent, version.id, version.dsl
+
+
+def templates() -> list[dict]:
+    """The bundled samples as RAGFlow's agent templates ``{id, title, description, dsl, ...}``."""
+    out = []
+    for path in sorted(SAMPLES_DIR.glob("*.json")):
+        title, dsl, description = read_agent_file(path)
+        out.append(
+            {
+                "id": path.stem,
+                "title": title,
+                "description": description,
+                "avatar": None,
+                "canvas_type": None,
+                "canvas_category": "agent_canvas",
+                "dsl": dsl,
+            }
+        )
+    return out
+
+
+def component_form(tenant_id: str, agent_id: str, component_id: str, limits: Limits) -> dict:
+    """The form a component of the agent's draft declares (Begin, UserFillUp); ``{}`` for others."""
+    canvas = Canvas(get_agent(tenant_id, agent_id).dsl, limits=limits)
+    if component_id not in canvas.components:
+        raise NotFound(f"component {component_id!r} of agent {agent_id!r} not found")
+    component = canvas.component(component_id)
+    return public_form(component.form()) if isinstance(component, FormComponent) else {}
+
+
 def list_versions(tenant_id: str, agent_id: str) -> list[AgentVersion]:
     get_agent(tenant_id, agent_id)
     query = (
         AgentVersion.select(
-            AgentVersion.id, AgentVersion.number, AgentVersion.title, AgentVersion.create_time
+            AgentVersion.id,
+            AgentVersion.number,
+            AgentVersion.title,
+            AgentVersion.release,
+            AgentVersion.create_time,
         )
         .where(AgentVersion.agent_id == agent_id)
         .order_by(AgentVersion.number.desc())
@@ -260,6 +344,7 @@ def agent_json(agent: Agent, with_dsl: bool = True) -> dict:
         "avatar": None,
         "version_id": agent.version_id,
         "session_ttl_seconds": agent.session_ttl_seconds,
+        "release_version_id": agent.release_version_id,
         "create_time": agent.create_time,
         "create_date": date_of(agent.create_time),
         "update_time": agent.update_time,
@@ -280,9 +365,34 @@ def version_json(version: AgentVersion, with_dsl: bool = False) -> dict:
         "id": version.id,
         "number": version.number,
         "title": version.title,
+        "release": bool(version.release),
         "create_time": version.create_time,
         "create_date": date_of(version.create_time),
     }
     if with_dsl:
         out["dsl"] = json.loads(version.dsl)
     return out
+
+
+def read_agent_file(path: str | Path) -> tuple[str, dict, str]:
+    """``(title, dsl, description)`` from a RAGFlow export or a bare DSL file."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r} must hold a JSON object (a DSL or a RAGFlow export)")
+    if "components" not in data and isinstance(data.get("dsl"), dict):
+        title = _localized(data.get("title")) or path.stem
+        return title, data["dsl"], _localized(data.get("description"))
+    return path.stem, data, ""
+
+
+def _localized(text: Any) -> str:
+    """RAGFlow's templates give ``title``/``description`` per language: take English."""
+    if isinstance(text, dict):
+        text = text.get("en") or next(iter(text.values()), "")
+    return "" if text is None else str(text)

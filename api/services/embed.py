@@ -32,7 +32,7 @@ from agent.canvas import Canvas
 from agent.forms import public_form
 from api.db import Agent, Session, write_transaction
 from api.errors import ArgumentError
-from api.services.agents import get_agent
+from api.services.agents import get_agent, runnable_version
 from api.services.sessions import transcript
 from api.services.turns import Turn, TurnResult, effective_status, turn_service
 
@@ -221,9 +221,10 @@ def snippet(base_url: str, agent: Agent, embed_token: str | None = None) -> dict
 
 # ---------------------------------------------------------------------- the bot's reads
 def bot_info(tenant_id: str, agent_id: str, limits: Any) -> dict:
-    """``GET /agentbots/<id>/inputs``: ``{title, avatar, prologue, mode, inputs}`` and limits."""
-    agent = get_agent(tenant_id, agent_id)
-    canvas = Canvas(agent.dsl, limits=limits)
+    """``GET /agentbots/<id>/inputs``: ``{title, avatar, prologue, mode, inputs}`` and limits,
+    of the version the page runs (the latest release when there is one, else the draft)."""
+    agent, _, dsl = runnable_version(tenant_id, agent_id, None)
+    canvas = Canvas(dsl, limits=limits)
     begin = canvas.component("begin")
     return {
         "title": agent.title,

@@ -108,11 +108,24 @@ def messages_of(session_ids: list[str], page_size: int = 100) -> dict[str, list[
     return {sid: transcript(sid, 1, page_size)[0] for sid in session_ids}
 
 
-def delete_sessions(tenant_id: str, agent_id: str, ids: object) -> tuple[int, list[str]]:
-    """Delete the listed sessions of the agent; ``(deleted, errors)``, one error per bad id."""
+def delete_sessions(
+    tenant_id: str, agent_id: str, ids: object, delete_all: bool = False
+) -> tuple[int, list[str]]:
+    """Delete the listed sessions of the agent, or all of them (``delete_all``);
+    ``(deleted, errors)``, one error per bad id."""
     get_agent(tenant_id, agent_id)
+    if delete_all:
+        if ids:
+            raise ArgumentError("give either 'ids' or 'delete_all': true, not both")
+        with write_transaction():
+            of_agent = Session.select(Session.id).where(
+                (Session.agent_id == agent_id) & (Session.tenant_id == tenant_id)
+            )
+            return trash_sessions(of_agent), []
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-        raise ArgumentError("'ids' must be a non-empty list of session ids")
+        raise ArgumentError(
+            "'ids' must be a non-empty list of session ids (or send 'delete_all': true to delete them all)"
+        )
     errors = []
     unique = list(dict.fromkeys(ids))
     if len(unique) != len(ids):

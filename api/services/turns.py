@@ -52,7 +52,7 @@ from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
 from api.services import history, memories
 from api.services import variables as variables_service
-from api.services.agents import get_agent
+from api.services.agents import get_agent, runnable_version
 from api.services.files import FileSettings, TurnFiles
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
 from api.services.mcp_servers import TenantServers
@@ -90,6 +90,10 @@ class TurnRequest:
         services: extra objects for the canvas, over the app's ``SERVICES``.
         session_name: the name of a new session.
         webhook: the request that triggers a webhook run (Begin's outputs).
+        release: which version a new session runs (see
+            :func:`api.services.agents.runnable_version`): False the draft, True the
+            latest release, None the latest release when there is one. An existing
+            session always runs the version it started on.
     """
 
     tenant_id: str
@@ -104,6 +108,7 @@ class TurnRequest:
     services: dict | None = None
     webhook: dict | None = None
     session_name: str = ""
+    release: bool | None = False
 
 
 @dataclass
@@ -239,13 +244,22 @@ class TurnService:
 
     # ------------------------------------------------------------------ sessions
     def create_session(
-        self, tenant_id: str, agent_id: str, name: str = "", user_id: str = "", source: str = "api"
+        self,
+        tenant_id: str,
+        agent_id: str,
+        name: str = "",
+        user_id: str = "",
+        source: str = "api",
+        release: bool | None = False,
     ) -> tuple[Session, str]:
-        """A new session holding a copy of the agent's current DSL; ``(row, prologue)``."""
+        """A new session holding a copy of one version of the agent's DSL; ``(row, prologue)``.
+
+        ``release`` picks the version (:func:`api.services.agents.runnable_version`).
+        """
         if source not in SOURCES:
             raise ArgumentError(f"session source {source!r} is not one of {', '.join(SOURCES)}")
-        agent = get_agent(tenant_id, agent_id)
-        canvas = Canvas(agent.dsl, limits=self.limits)
+        _, version_id, dsl = runnable_version(tenant_id, agent_id, release)
+        canvas = Canvas(dsl, limits=self.limits)
         canvas.reset()
         prologue = canvas.component("begin").prologue()
         now = now_ms()
@@ -253,7 +267,7 @@ class TurnService:
             session = Session.create(
                 tenant_id=tenant_id,
                 agent_id=agent_id,
-                agent_version_id=agent.version_id,
+                agent_version_id=version_id,
                 name=name,
                 user_id=user_id,
                 source=source,
@@ -327,6 +341,7 @@ class TurnService:
                 req.session_name,
                 req.user_id or (req.end_user or ""),
                 req.invoke_from,
+                req.release,
             )
             try:
                 return self._start(req, row, created=True, inline=inline)

@@ -104,7 +104,7 @@ def test_embed_token_opens_only_the_embed_routes(api: Api, bot: Bot):
         resp = as_api.call(
             method, path, json={"question": "x", "messages": [{"role": "user", "content": "x"}]}
         )
-        assert resp.status_code == 401 and resp.json["code"] == 109, (method, path, resp.json)
+        assert resp.status_code == 401 and resp.json["code"] == 401, (method, path, resp.json)
     # ...and there is no embed route that lists sessions.
     listing = bot.client.get(f"/api/v1/agentbots/{agent_id}/sessions", headers=bot.headers())
     assert listing.status_code in (404, 405)
@@ -112,7 +112,7 @@ def test_embed_token_opens_only_the_embed_routes(api: Api, bot: Bot):
     # An API token on the embed routes: refused, saying embed tokens only.
     as_api_token = Bot(api.app, api.token)
     for resp in (as_api_token.inputs(agent_id), as_api_token.complete(agent_id, "x")):
-        assert resp.status_code == 401 and resp.json["code"] == 109
+        assert resp.status_code == 401 and resp.json["code"] == 401
         assert "embed tokens only" in resp.json["message"]
 
 
@@ -121,7 +121,7 @@ def test_missing_wrong_and_revoked_embed_tokens(api: Api, bot: Bot):
     missing = bot.client.get(f"/api/v1/agentbots/{agent_id}/inputs")
     assert missing.status_code == 401 and "missing embed token" in missing.json["message"]
     wrong = Bot(api.app, "acembed-" + secrets.token_urlsafe(32)).complete(agent_id, "x")
-    assert wrong.status_code == 401 and wrong.json["code"] == 109
+    assert wrong.status_code == 401 and wrong.json["code"] == 401
 
     frames, session_id = bot.chat(agent_id, "before")
     assert api.delete(f"/system/tokens/{bot.token}").json["code"] == 0

@@ -270,7 +270,7 @@ def test_memory_routes_refuse_bad_keys_and_unknown_agents(api: Api):
         assert resp.status_code == 404 and resp.json["code"] == 102
         assert "'nope'" in resp.json["message"]
     resp = api.client.get(f"/api/v1/agents/{agent_id}/memory/ada")
-    assert resp.status_code == 401 and resp.json["code"] == 109
+    assert resp.status_code == 401 and resp.json["code"] == 401
 
 
 def test_memory_is_bounded_per_key_and_node(api: Api, llm: LLMServer):

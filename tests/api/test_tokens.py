@@ -23,7 +23,7 @@ def test_create_list_revoke(api: Api):
 
     assert api.delete(f"/system/tokens/{new['token']}").json["code"] == 0
     resp = fresh.get("/agents")
-    assert resp.status_code == 401 and resp.json["code"] == 109
+    assert resp.status_code == 401 and resp.json["code"] == 401
     resp = api.delete(f"/system/tokens/{new['token']}")
     assert resp.status_code == 404 and resp.json["code"] == 102
 

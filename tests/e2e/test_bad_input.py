@@ -45,7 +45,7 @@ def test_bad_requests_get_clear_errors_and_store_nothing(client):
     assert too_large in _error(client.post("/agents", data=chunks, headers=headers), 413, 101)
     assert client.get("/agents").json()["data"]["canvas"] == []
 
-    _error(requests.get(f"{client.base_url}/api/v1/agents", timeout=30), 401, 109)
+    _error(requests.get(f"{client.base_url}/api/v1/agents", timeout=30), 401, 401)
     missing = "0" * 32
     assert missing in _error(client.get(f"/agents/{missing}"), 404, 102)
     agent_id = client.create_agent("greeting", dsl)
