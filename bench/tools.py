@@ -6,7 +6,7 @@ the same machine load):
 * ``CodeExec``: a canvas running one CodeExec node (the bubblewrap sandbox with its
   rlimits, the runner, JSON in and out) — from ``run()`` to the result;
 * ``bare``: ``python3 -c`` / ``node -e`` of the same program, started with
-  ``subprocess.run`` and its output read.
+  ``subprocess.run`` in the same minimal environment the sandbox gives, its output read.
 
 Prints p50 and p99 of each and the ratio CodeExec / bare.
 
@@ -26,6 +26,11 @@ import _path  # noqa: F401 - the project on the path, bench/ off it
 
 from agent import sandbox  # noqa: E402
 from agent.canvas import Canvas  # noqa: E402
+
+# The environment the sandbox gives its program. Inheriting the server's instead would
+# charge the bare run for whatever it holds (NODE_EXTRA_CA_CERTS alone makes node read
+# the whole CA bundle at start, about 0.2 s here).
+BARE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
 
 PROGRAMS = {
     "python": (
@@ -79,7 +84,7 @@ def time_codeexec(dsl: str) -> float:
 
 def time_bare(command: list[str]) -> float:
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, check=True)
+    done = subprocess.run(command, capture_output=True, check=True, env=BARE_ENV)
     elapsed = time.perf_counter() - started
     assert b"4950" in done.stdout
     return elapsed
