@@ -5,6 +5,7 @@ at ``<sse_url>/sse``.
     with MCPTestServer() as server:
         server.streamable_url, server.sse_url
         server.calls                    # [(tool, arguments)] in order
+        server.headers                  # the HTTP headers of each request, in order
 
 Tools: ``add(a, b)``, ``shout(text)``, ``slow(seconds)`` (sleeps), ``broken()`` (fails).
 """
@@ -51,10 +52,25 @@ class MCPTestServer:
             calls.append(("broken", {}))
             raise RuntimeError("the broken tool broke")
 
-        self._apps = {"streamable": server.streamable_http_app(), "sse": server.sse_app()}
+        self.headers: list[dict[str, str]] = []
+        self._apps = {
+            "streamable": self._recording(server.streamable_http_app()),
+            "sse": self._recording(server.sse_app()),
+        }
         self._servers: list[uvicorn.Server] = []
         self.streamable_url = ""
         self.sse_url = ""
+
+    def _recording(self, app: Any) -> Any:
+        """``app`` noting the headers of every HTTP request in :attr:`headers`."""
+        seen = self.headers
+
+        async def recorded(scope: dict, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                seen.append({k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]})
+            await app(scope, receive, send)
+
+        return recorded
 
     def __enter__(self) -> MCPTestServer:
         ports = {}

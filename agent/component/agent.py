@@ -190,7 +190,8 @@ class Agent(LLM):
             mcp.MCPServer(
                 url=server["url"],
                 server_type=server["server_type"],
-                headers=server["headers"],
+                # RAGFlow's custom_header of the completion request wins over the server's.
+                headers={**server["headers"], **(self._canvas.services.get("custom_header") or {})},
                 name=server["name"],
             ),
             tool_name,

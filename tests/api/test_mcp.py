@@ -142,3 +142,31 @@ def test_an_agent_calls_mcp_tools_the_model_chooses(allowed, mcp_server, llm, ki
     llm.queue(tool_call("add", {"a": 1, "b": 1}), text("no luck"))
     other.ask(foreign, None, "1+1")
     assert "is not one of this tenant's servers" in llm.chat_requests()[-1]["messages"][-1]["content"]
+
+
+def test_custom_header_of_the_request_reaches_the_mcp_server_for_that_turn(allowed, mcp_server, llm):
+    api, _ = allowed
+    saved = register(
+        api,
+        mcp_server.streamable_url,
+        "streamable-http",
+        name="calc-headers",
+        headers={"Authorization": "Bearer server-token", "X-Team": "blue"},
+    )
+    agent_id = api.create_agent(agent_dsl(saved["id"], ["add"]))
+
+    def seen_by_the_tool_call(**body) -> dict:
+        mcp_server.headers.clear()
+        llm.queue(tool_call("add", {"a": 1, "b": 2}), text("3"))
+        resp = api.ask(agent_id, None, "1+2", **body)
+        assert resp.status_code == 200 and resp.json["data"]["data"]["content"] == "3", resp.json
+        return mcp_server.headers[-1]
+
+    # As RAGFlow: the request's custom_header is added to the server's, and wins.
+    seen = seen_by_the_tool_call(custom_header={"Authorization": "Bearer user-token", "X-User": "u7"})
+    assert (
+        seen["authorization"] == "Bearer user-token" and seen["x-user"] == "u7" and seen["x-team"] == "blue"
+    )
+    # Only for that turn.
+    seen = seen_by_the_tool_call()
+    assert seen["authorization"] == "Bearer server-token" and "x-user" not in seen
