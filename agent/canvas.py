@@ -149,6 +149,8 @@ class Canvas:
         self._file_markers: dict[str, dict] | None = None
         #: The form answers the last ``run()`` accepted, converted to their types.
         self.accepted_inputs: dict = {}
+        #: The files the last ``run()`` took with its message (descriptors with a file service).
+        self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
         self.sleep: Callable[[float], None] = lambda seconds: self.deadline.sleep(seconds)
         self.warnings: list[str] = []
@@ -804,6 +806,7 @@ class Canvas:
         self._finished_late: list[ComponentBase] = []
         self._started_late: dict[str, float] = {}
         self.accepted_inputs = dict(accepted)
+        self.accepted_files = list(files or []) if resume is None else []
         started = time.monotonic()
         self.deadline = Deadline(self.limits.max_seconds, cancelled=self._cancel_requested)
         self.memory_writes = {}

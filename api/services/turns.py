@@ -710,7 +710,7 @@ class TurnService:
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
             )
-            rows = _log_rows(claim, req, result, now, canvas.accepted_inputs)
+            rows = _log_rows(claim, req, result, now, canvas.accepted_inputs, canvas.accepted_files)
             values["bytes"] = sum(_stored_bytes(row) for row in rows)
             values["round"] = claim.round + 1
             save = _SAVE_TURN
@@ -1019,13 +1019,14 @@ def _stored_bytes(row: dict) -> int:
 
 
 def _log_rows(
-    claim: _Claim, req: TurnRequest, result: TurnResult, now: int, accepted_inputs: dict
+    claim: _Claim, req: TurnRequest, result: TurnResult, now: int, accepted_inputs: dict, files: list
 ) -> list[dict]:
     """The message-log rows of a completed or paused turn: the user's, then the assistant's."""
     message_id = result.final_event.get("message_id", "")
     round_no = claim.round + 1
     # The answers as the form accepted them (``"41"`` for an integer is logged as 41).
-    user_meta = {k: v for k, v in (("inputs", accepted_inputs), ("files", req.files)) if v}
+    # Files as descriptors (a client may send bare ids): the transcript shows their names.
+    user_meta = {k: v for k, v in (("inputs", accepted_inputs), ("files", files)) if v}
     assistant = result.answer
     assistant_meta = None
     if result.status == "paused":

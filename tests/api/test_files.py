@@ -165,6 +165,9 @@ def test_files_on_a_completion_reach_the_model_text_and_image(api: Api, llm: LLM
     assert content[1]["type"] == "image_url" and content[1]["image_url"]["url"].startswith(
         "data:image/png;base64,"
     )
+    # The transcript names the files (sent as a descriptor and as a bare id alike).
+    user = api.session(agent, resp.json["data"]["session_id"])["message"][-2]
+    assert [f["name"] for f in user["files"]] == ["report.pdf", "dot.png"]
 
 
 def test_unknown_and_foreign_files_on_a_completion_are_400_naming_files(api: Api, other: Api, llm: LLMServer):
