@@ -135,3 +135,29 @@ def test_a_referenced_document_is_cut_to_the_budget_too_and_memory_keeps_its_nam
     assert "w19999" not in sent
     # The file answered in this turn's form is one of the turn's files: memory names it twice.
     assert canvas.memory["LLM:A"][0]["content"] == "Summarise [file: long.md] briefly\n\n[attached: long.md]"
+
+
+def test_an_agent_node_gets_the_turns_files_too(llm):
+    files = InMemoryFiles()
+    doc = files.add("menu.html", b"<html><body><h1>Menu</h1><p>Soup of the day: lentil</p></body></html>")
+    dsl = make_dsl(
+        node("Agent:Waiter", "Agent", {"sys_prompt": "Answer from the menu.", "tools": []}),
+        node("Message:Out", "Message", {"content": ["{Agent:Waiter@content}"]}),
+    )
+    canvas = Canvas(dsl, services={"llm_settings": llm.settings(), "files": files})
+    events = run(canvas, "today's soup?", files=[doc])
+    assert final(events)["status"] == "succeeded"
+    assert user_content(llm) == "today's soup?\n\n[file: menu.html]\nMenu\n\nSoup of the day: lentil"
+
+
+def test_the_session_total_of_files_is_bounded(llm):
+    files = InMemoryFiles()
+    a = files.add("a.txt", b"x" * 600)
+    b = files.add("b.txt", b"y" * 600)
+    canvas = chat_canvas(llm, files, limits=Limits(max_session_file_bytes=1000))
+    assert final(run(canvas, "first", files=[a]))["status"] == "succeeded"
+    before = str(canvas)
+    with pytest.raises(InputError) as err:
+        run(canvas, "second", files=[b])
+    assert "the limit is 1000 (max_session_file_bytes): start a new session" in err.value.errors["files"]
+    assert str(canvas) == before
