@@ -165,7 +165,9 @@ def agent_completions(agent_id: str) -> ResponseReturnValue:
 @bp.post("/agents/chat/completions")
 def chat_completions() -> ResponseReturnValue:
     body = json_body()
-    agent_id = field(body, "agent_id", str, required=True)
+    if body.get("agent_id") is None:
+        raise ArgumentError("`agent_id` is required.")  # RAGFlow's wording
+    agent_id = field(body, "agent_id", str)
     if flag(body.get("openai-compatible"), "openai-compatible"):
         # The OpenAI-compatible feature registers its handler here when installed.
         handler = current_app.extensions.get("agentcanvas.openai_compatible")

@@ -51,7 +51,7 @@ def test_chat_completions_takes_agent_id_in_the_body(api: Api):
     )
     assert resp.json["data"]["data"]["content"] == "echo: q"
     resp = api.post("/agents/chat/completions", json={"query": "q"})
-    assert resp.status_code == 400 and "'agent_id' is required" in resp.json["message"]
+    assert resp.status_code == 400 and "`agent_id` is required" in resp.json["message"]
 
 
 def _form_of(event: dict) -> dict:
