@@ -114,52 +114,72 @@ class WalSqliteDatabase(PooledSqliteDatabase):
     ``write_lock`` lines up this process's writers (see :func:`write_transaction`).
 
     SQLite opens a file it may not write read-only, and such a connection stays
-    read-only after the file becomes writable again. So a "readonly database" error
-    drops that connection and every idle one: the next statement opens a fresh one,
-    and writes work again as soon as the file is writable.
+    read-only after the file becomes writable again. So a connection is noted as
+    read-only when it is opened on an unwritable file, and dropped at check-out once
+    the file is writable: writes work again at once, not after the pool's stale
+    timeout. (One ``open()`` per new connection; pooled ones cost nothing.)
     """
 
     def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - peewee's signature
         super().__init__(*args, **kwargs)
         self.write_lock = threading.RLock()
-        self._read_only_ids: set[int] = set()
+        self._seen: set[int] = set()
+        self._opened_read_only: set[int] = set()
 
-    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
+    def _connect(self):  # noqa: ANN202 - peewee's signature
+        while True:
+            conn = super()._connect()
+            key = id(conn)
+            if key not in self._seen:
+                self._seen.add(key)
+                if not self._file_writable():
+                    self._opened_read_only.add(key)
+            if key in self._opened_read_only and self._file_writable():
+                self._close(conn, close_conn=True)  # the file is writable now: open afresh
+                continue
+            return conn
+
+    def _close_raw(self, conn) -> None:  # noqa: ANN001 - peewee's signature
+        self._seen.discard(id(conn))
+        self._opened_read_only.discard(id(conn))
+        super()._close_raw(conn)
+
+    def _file_writable(self) -> bool:
         try:
-            return super().execute_sql(sql, params)
-        except OperationalError as exc:
-            if "readonly" in str(exc).lower():
-                self._read_only.add(id(self.connection()))
-                self.close_idle()
-            raise
-
-    @property
-    def _read_only(self) -> set[int]:
-        return self._read_only_ids
-
-    def _can_reuse(self, conn) -> bool:  # noqa: ANN001 - peewee's signature
-        if id(conn) in self._read_only:
-            self._read_only.discard(id(conn))
+            with open(self.database, "r+b"):
+                return True
+        except FileNotFoundError:
+            return True  # SQLite makes it
+        except OSError:
             return False
-        return super()._can_reuse(conn)
 
 
 def check_writable(database: Database) -> None:
-    """Raise ``OperationalError`` if a SQLite database's file or folder is read-only.
+    """Raise ``OperationalError`` if a SQLite database's file or folder cannot be written.
 
     Called at start, so that a server on a read-only file fails at once with a clear
-    message instead of looking healthy and failing every write.
+    message instead of looking healthy and failing every write. Tried for real (not
+    ``os.access``, which says yes to root whatever the file's flags or mount).
     """
     if not isinstance(database, PooledSqliteDatabase):
         return
     path = Path(database.database)
-    for target in (path, path.parent):
-        if target.exists() and not os.access(target, os.W_OK):
-            what = "file" if target == path else "folder (SQLite writes its journal there)"
-            raise OperationalError(
-                f"the SQLite database {what} {str(target)!r} is read-only; make it writable "
-                f"or point AGENTCANVAS_DATABASE_URL elsewhere"
-            )
+    problem = None
+    try:
+        if path.exists():
+            with open(path, "r+b"):
+                pass
+        probe = path.parent / f".{path.name}.{os.getpid()}.write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        problem = exc
+    if problem is not None:
+        raise OperationalError(
+            f"the SQLite database {str(path)!r} (or its folder, where SQLite keeps its journal) cannot "
+            f"be written ({problem.strerror or problem}); make it writable or point AGENTCANVAS_DATABASE_URL "
+            f"elsewhere"
+        )
 
 
 def is_sqlite(database: Database | DatabaseProxy) -> bool:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import socket
+import subprocess
+import threading
+
 import pytest
 from peewee import OperationalError
 
+from api import create_app
 from api.db import SchemaVersion, Tenant, db, init_database, open_database, setup_schema, write_transaction
 from api.db.migrations import MIGRATIONS
+from tests.api.conftest import Api, echo_dsl, make_token
 
 
 def test_schema_setup_is_idempotent(database_url):
@@ -87,4 +95,105 @@ def test_dropped_connection_reconnects_for_reads_not_for_writes(server, request)
             assert Tenant.select().where(Tenant.name == "t4").exists()
             Tenant.delete().execute()
     finally:
+        db.obj.close_all()
+
+
+class _Proxy:
+    """A TCP relay on 127.0.0.1 to a real server; :meth:`cut` drops every connection and
+    refuses new ones, as a database that goes away would."""
+
+    def __init__(self, upstream: tuple[str, int]):
+        self.upstream = upstream
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+
+    def cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes accept() and stops listening
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def test_a_reconnect_that_fails_reports_the_database_error(mysql_url):
+    """The database is gone for good: the caller gets its OperationalError, and leaving the
+    connection context works (it was an IndexError from an emptied context stack)."""
+    proxy = _Proxy(("127.0.0.1", 3306))
+    init_database(mysql_url.replace("127.0.0.1:3306", f"127.0.0.1:{proxy.port}"))
+    try:
+        with db.connection_context():
+            assert Tenant.select().count() >= 0
+            proxy.cut()
+            with pytest.raises(OperationalError):
+                Tenant.select().count()
+    finally:
+        db.obj.close_all()
+
+
+def _immutable(path, on: bool) -> None:
+    subprocess.run(["chattr", "+i" if on else "-i", str(path)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def sqlite_file(tmp_path):
+    """A SQLite file that :func:`_immutable` can make unwritable even for root."""
+    if shutil.which("chattr") is None:
+        pytest.skip("needs chattr")
+    path = tmp_path / "ac.db"
+    init_database(f"sqlite:///{path}")
+    db.obj.close_all()
+    try:
+        _immutable(path, True)
+    except subprocess.CalledProcessError:
+        pytest.skip("this file system has no immutable flag")
+    _immutable(path, False)
+    yield path
+    _immutable(path, False)
+
+
+def test_a_server_on_a_read_only_sqlite_file_fails_at_start(sqlite_file):
+    _immutable(sqlite_file, True)
+    with pytest.raises(OperationalError, match="cannot be written"):
+        init_database(f"sqlite:///{sqlite_file}")
+
+
+def test_writes_work_again_as_soon_as_the_sqlite_file_is_writable(sqlite_file):
+    app = create_app({"DATABASE_URL": f"sqlite:///{sqlite_file}", "SWEEP_INTERVAL_SECONDS": 0})
+    try:
+        api = Api(app, make_token(app))
+        assert api.post("/agents", json={"title": "before", "dsl": echo_dsl()}).status_code == 200
+        _immutable(sqlite_file, True)
+        db.obj.close_all()  # connections opened from now on are read-only
+        refused = api.post("/agents", json={"title": "during", "dsl": echo_dsl()})
+        assert refused.status_code == 503 and refused.headers["Retry-After"], refused.json
+        assert (
+            "cannot be reached" in refused.json["message"] and str(sqlite_file) not in refused.json["message"]
+        )
+        _immutable(sqlite_file, False)
+        assert api.post("/agents", json={"title": "after", "dsl": echo_dsl()}).status_code == 200
+    finally:
+        app.extensions["agentcanvas.parsing"].stop()
         db.obj.close_all()
