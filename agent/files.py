@@ -26,7 +26,6 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from agent import docparse
@@ -126,15 +125,21 @@ def marker(descriptor: dict) -> str:
 
 
 def document_blocks(
-    files: list[dict], service: FileService, budget_tokens: int, count_tokens: Callable[[str], int]
+    files: list[dict], service: FileService, budget_tokens: int
 ) -> tuple[dict[str, str], list[str], int]:
     """The documents among ``files`` as text for a prompt, within ``budget_tokens`` in all.
+
+    Tokens are cl100k_base's, counted without the per-text cache (a document's text
+    is large and seen once).
 
     Returns:
         ``(blocks, notes, tokens)``: each document's text under ``[file: name]`` by id;
         a note for each document that was cut or left out (also written into its
         block, so the model knows it did not see everything); the tokens used.
     """
+    from agent.llm.tokens import encoding  # the LLM package only when a prompt is built
+
+    enc = encoding()
     blocks: dict[str, str] = {}
     notes: list[str] = []
     left = max(0, budget_tokens)
@@ -143,37 +148,25 @@ def document_blocks(
             continue
         name = str(f.get("name"))
         text = service.text(f)
-        tokens = count_tokens(text)
+        tokens = enc.encode(text, disallowed_special=())
         head = f"[file: {name}]"
-        if tokens <= left:
+        if len(tokens) <= left:
             block = f"{head}\n{text}"
-            left -= tokens
+            left -= len(tokens)
         elif left <= 50:
-            note = f"{name!r} was left out: no room in the model's context (about {tokens} tokens)"
+            note = f"{name!r} was left out: no room in the model's context (about {len(tokens)} tokens)"
             notes.append(note)
             block = f"{head}\n[{note}]"
         else:
-            kept = _cut_to_tokens(text, left, count_tokens)
-            note = f"{name!r} was cut to its first {left} of about {tokens} tokens to fit the model's context"
+            kept = enc.decode(tokens[:left])
+            space = kept.rfind(" ")
+            kept = kept[:space] if space > len(kept) // 2 else kept  # not inside a word
+            note = f"{name!r} was cut to its first {left} of about {len(tokens)} tokens to fit the model's context"
             notes.append(note)
             block = f"{head}\n{kept}\n[{note}]"
             left = 0
         blocks[str(f.get("id"))] = block
     return blocks, notes, max(0, budget_tokens) - left
-
-
-def _cut_to_tokens(text: str, tokens: int, count_tokens: Callable[[str], int]) -> str:
-    """The longest prefix of ``text`` (cut at a space) within ``tokens``; by halving."""
-    low, high = 0, len(text)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if count_tokens(text[:mid]) <= tokens:
-            low = mid
-        else:
-            high = mid - 1
-    cut = text[:low]
-    space = cut.rfind(" ")
-    return cut[:space] if space > len(cut) // 2 else cut
 
 
 def image_parts(files: list[dict], service: FileService, vision: bool, who: str) -> list[dict]:

@@ -364,7 +364,7 @@ class LLM(ComponentBase):
         else:
             budget = FILES_BUDGET_UNKNOWN
         documents = list(marked.values()) + [f for f in turn_files if str(f.get("id")) not in marked]
-        blocks, cut, used = document_blocks(documents, service, budget, count_tokens)
+        blocks, cut, used = document_blocks(documents, service, budget)
         extra = "\n\n".join(blocks[i] for i in blocks if i not in marked)
 
         def filled(messages: list[dict], names_only: bool) -> list[dict]:
