@@ -281,10 +281,12 @@ class TurnFiles:
         settings: where files are stored.
     """
 
-    #: Parsed texts kept per process, by file id (a file never changes once stored).
+    #: Parsed texts kept per process, by file id (a file never changes once stored),
+    #: the oldest dropped past ``_TEXTS_MAX_CHARS`` in all; a larger text is not kept.
     _texts: dict[str, str] = {}
+    _texts_chars = 0
     _texts_lock = threading.Lock()
-    _TEXTS_MAX = 64
+    _TEXTS_MAX_CHARS = 8_000_000
 
     def __init__(self, tenant_id: str, agent_id: str, end_user: str | None, settings: FileSettings):
         self.tenant_id = tenant_id
@@ -316,10 +318,13 @@ class TurnFiles:
         if cached is not None:
             return cached
         text = self._read(file_id, "text").decode("utf-8")
-        with self._texts_lock:
-            if len(self._texts) >= self._TEXTS_MAX:
-                self._texts.pop(next(iter(self._texts)))
-            self._texts[file_id] = text
+        cls = type(self)
+        with cls._texts_lock:
+            if len(text) <= cls._TEXTS_MAX_CHARS // 4 and file_id not in cls._texts:
+                while cls._texts and cls._texts_chars + len(text) > cls._TEXTS_MAX_CHARS:
+                    cls._texts_chars -= len(cls._texts.pop(next(iter(cls._texts))))
+                cls._texts[file_id] = text
+                cls._texts_chars += len(text)
         return text
 
     def _row(self, file_id: str) -> UploadFile:
