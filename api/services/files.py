@@ -231,6 +231,17 @@ def _write_directory(settings: FileSettings, row: UploadFile, c: _Checked) -> li
     return done
 
 
+def delete_agent_files(agent_id: str) -> int:
+    """Forget the files uploaded for an agent (inside the agent's delete transaction).
+
+    A directory store's files stay on disk: removing them before the transaction
+    commits could lose files of a delete that rolls back. Returns the files forgotten.
+    """
+    ids = UploadFile.select(UploadFile.id).where(UploadFile.agent_id == agent_id)
+    FilePiece.delete().where(FilePiece.file_id.in_(ids)).execute()
+    return UploadFile.delete().where(UploadFile.agent_id == agent_id).execute()
+
+
 # ---------------------------------------------------------------------- reading
 def find_file(
     tenant_id: str, file_id: str, end_user: str | None = None, agent_id: str | None = None

@@ -110,6 +110,15 @@ def test_upload_answers_descriptors_and_the_owner_downloads_the_same_bytes(api: 
     assert upload(other, agent, ("a.txt", b"hi")).status_code == 404  # another tenant's agent
 
 
+def test_deleting_the_agent_deletes_its_files(api: Api):
+    agent = api.create_agent(llm_dsl())
+    d = upload(api, agent, ("a.txt", b"bye")).json["data"]
+    assert api.delete(f"/agents/{agent}").status_code == 200
+    assert api.get(f"/agents/attachments/{d['id']}/download").status_code == 404
+    with db.connection_context():
+        assert FilePiece.select().count() == 0
+
+
 def test_several_files_in_one_request_answer_a_list(api: Api):
     agent = api.create_agent(llm_dsl())
     resp = upload(api, agent, ("a.md", b"# Title\nbody"), ("dot.png", make_png()))
