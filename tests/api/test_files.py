@@ -129,31 +129,27 @@ def test_several_files_in_one_request_answer_a_list(api: Api):
     ]
 
 
-@pytest.mark.parametrize(
-    "files, status, words",
-    [
-        ([], 400, "no file"),
-        (
-            [("setup.exe", b"MZ...")],
-            400,
-            "supported documents: txt, md, html, pdf, docx, csv, json; images: png",
-        ),
-        ([("locked.pdf", make_pdf(["x"], password="pw"))], 400, "needs a password"),
-        ([("scan.pdf", make_pdf([""]))], 400, "no text layer"),
-        ([("empty.txt", b"")], 400, "is empty"),
-        ([("fake.png", b"not an image")], 400, "not a PNG image"),
-        ([("big.txt", b"x" * 20_001)], 413, "AGENTCANVAS_MAX_FILE_BYTES"),
-        ([("a.txt", b"1"), ("b.txt", b"2"), ("c.txt", b"3"), ("d.txt", b"4")], 400, "the limit is 3"),
-        ([("good.txt", b"fine"), ("bad.docx", b"PK not a docx")], 400, "not a readable DOCX"),
-    ],
-)
-def test_bad_uploads_are_refused_in_words_and_nothing_is_stored(api: Api, files, status, words):
+BAD_UPLOADS = [
+    ([], 400, "no file"),
+    ([("setup.exe", b"MZ...")], 400, "supported documents: txt, md, html, pdf, docx, csv, json; images: png"),
+    ([("locked.pdf", make_pdf(["x"], password="pw"))], 400, "needs a password"),
+    ([("scan.pdf", make_pdf([""]))], 400, "no text layer"),
+    ([("empty.txt", b"")], 400, "is empty"),
+    ([("fake.png", b"not an image")], 400, "not a PNG image"),
+    ([("big.txt", b"x" * 20_001)], 413, "AGENTCANVAS_MAX_FILE_BYTES"),
+    ([("a.txt", b"1"), ("b.txt", b"2"), ("c.txt", b"3"), ("d.txt", b"4")], 400, "the limit is 3"),
+    ([("good.txt", b"fine"), ("bad.docx", b"PK not a docx")], 400, "not a readable DOCX"),
+]
+
+
+def test_bad_uploads_are_refused_in_words_and_nothing_is_stored(api: Api):
     agent = api.create_agent(llm_dsl())
-    resp = upload(api, agent, *files)
-    assert resp.status_code == status, resp.json
-    assert words in resp.json["message"]
-    with db.connection_context():
-        assert UploadFile.select().count() == 0 and FilePiece.select().count() == 0
+    for files, status, words in BAD_UPLOADS:
+        resp = upload(api, agent, *files)
+        assert resp.status_code == status, (files, resp.json)
+        assert words in resp.json["message"], (files, resp.json)
+        with db.connection_context():
+            assert UploadFile.select().count() == 0 and FilePiece.select().count() == 0
 
 
 def test_a_body_over_the_upload_limit_is_413(api: Api):
