@@ -237,14 +237,28 @@ def default_reply(body: dict) -> Reply:
     return text(f"echo: {last_user}")
 
 
-_BLOCK = re.compile(r"ID: (\d+)\n(?:.*\n)*?└── Content:\n(.*?)(?=\n\nID: \d+\n|\Z)", re.S)
+_BLOCK_HEAD = re.compile(r"(?m)^ID: (\d+)$")
+_CONTENT = "└── Content:\n"
+
+
+def _blocks_in(text: str) -> list[tuple[str, str]]:
+    """``(number, content)`` of each knowledge block in ``text`` (no backtracking regex:
+    blocks may be long)."""
+    heads = list(_BLOCK_HEAD.finditer(text))
+    out = []
+    for i, head in enumerate(heads):
+        body = text[head.end() : heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        at = body.find(_CONTENT)
+        if at >= 0:
+            out.append((head.group(1), body[at + len(_CONTENT) :].strip()))
+    return out
 
 
 def cite_knowledge(messages: list[dict], question: str) -> str | None:
-    """For a prompt with knowledge blocks, the best block's first sentence and its ``[ID:n]``."""
+    """For a prompt with knowledge blocks, the best block's best sentence and its ``[ID:n]``."""
     blocks = []
     for m in messages:
-        blocks += _BLOCK.findall(str(m.get("content") or ""))
+        blocks += _blocks_in(str(m.get("content") or ""))
     if not blocks:
         return None
     asked = set(re.findall(r"\w+", question.lower()))
