@@ -18,6 +18,7 @@ from api import config as app_config
 from api.blueprints import register_all
 from api.db import db, init_database
 from api.errors import TooLarge, headers_for, reply_for
+from api.openapi import spec
 from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
 
@@ -62,6 +63,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
         return body, status, headers_for(exc)
 
     register_all(app)
+    spec.register(app)  # /api/v1/openapi.json, from the routes' declared schemas
     return app
 
 

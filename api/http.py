@@ -72,7 +72,7 @@ def json_body(required: bool = True) -> dict:
     except ValueError as exc:
         raise ArgumentError(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise ArgumentError(f"the request body must be a JSON object, got {_json_type(body)}")
+        raise ArgumentError(f"the request body must be a JSON object, got {json_type(body)}")
     if _SURROGATE_ESCAPE.search(raw):
         problem = _bad_value_message(body)
         if problem:
@@ -152,7 +152,8 @@ def _bad_value_message(value: Any, path: str = "") -> str | None:
     return None
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """How a JSON value is named in error messages ("text", "a number", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -181,7 +182,7 @@ def field(
     wrong_bool = isinstance(value, bool) and bool not in kinds
     if wrong_bool or not isinstance(value, kinds):
         expected = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
-        raise ArgumentError(f"{name!r} must be {expected}, got {_json_type(value)}")
+        raise ArgumentError(f"{name!r} must be {expected}, got {json_type(value)}")
     if max_length is not None and isinstance(value, str) and len(value) > max_length:
         raise ArgumentError(f"{name!r} is {len(value)} characters long; the limit is {max_length}")
     return value

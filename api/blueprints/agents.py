@@ -9,13 +9,42 @@ from api.auth import require_api_token
 from api.config import canvas_limits
 from api.errors import ArgumentError
 from api.http import arg_flag, flag, json_body, ok, order_args, page_args, tenant_id
+from api.openapi import Body, Query, spec
 from api.services import agents
 
 bp = Blueprint("agents", __name__, url_prefix="/api/v1")
 bp.before_request(require_api_token)
 
 
+class AgentBody(Body):
+    """An agent: ``dsl`` may be a RAGFlow export (``{"dsl": {...}, ...}``) or a bare DSL."""
+
+    title: str | None = None
+    dsl: dict | None = None
+    description: str | None = None
+
+
+class AgentUpdate(AgentBody):
+    rate_limits: dict[str, str] | None = None
+
+
+class ListQuery(Query):
+    """Paging and ordering of a list (``desc`` and flags accept true/false/True/False/1/0)."""
+
+    page: str | None = None
+    page_size: str | None = None
+    orderby: str | None = None
+    desc: str | None = None
+
+
+class AgentListQuery(ListQuery):
+    id: str | None = None
+    title: str | None = None
+    dsl: str | None = None
+
+
 @bp.post("/agents")
+@spec.validate(json=AgentBody, tags=["agents"])
 def create_agent() -> ResponseReturnValue:
     body = json_body()
     # RAGFlow's wording first: clients and RAGFlow's own tests look for it.
@@ -35,6 +64,7 @@ def create_agent() -> ResponseReturnValue:
 
 
 @bp.get("/agents")
+@spec.validate(query=AgentListQuery, tags=["agents"])
 def list_agents() -> ResponseReturnValue:
     page, page_size = page_args()
     orderby, desc = order_args(agents.ORDER_FIELDS, "update_time")
@@ -66,6 +96,7 @@ def get_agent(agent_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/agents/<agent_id>")
+@spec.validate(json=AgentUpdate, tags=["agents"])
 def update_agent(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     release = flag(body.get("release"), "release")

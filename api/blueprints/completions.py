@@ -18,16 +18,45 @@ from collections.abc import Iterator
 
 from flask import Blueprint, Response, current_app, jsonify
 from flask.typing import ResponseReturnValue
+from pydantic import Field
 
 from api.auth import require_api_token
 from api.errors import RETRY_AFTER_SECONDS, ArgumentError, envelope, turn_failure_status
 from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
+from api.openapi import Body, spec
 from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
 
 bp = Blueprint("completions", __name__, url_prefix="/api/v1")
 bp.before_request(require_api_token)
 
 _DEFAULT_EVENTS = frozenset({"message", "message_end", "user_inputs"})
+
+Flag = bool | str | int | None
+
+
+class CompletionBody(Body):
+    """One turn: ``question`` (or ``query``); without ``session_id`` a new session is made;
+    ``inputs`` answer a paused form (``{field: value}`` or ``{field: {"value": value}}``)."""
+
+    question: str | None = None
+    query: str | None = None
+    stream: Flag = None
+    session_id: str | None = None
+    inputs: dict | None = None
+    user_id: str | None = None
+    files: list | None = None
+    return_trace: Flag = None
+
+
+class ChatCompletionBody(CompletionBody):
+    agent_id: str
+    openai_compatible: Flag = Field(default=None, alias="openai-compatible")
+
+
+class RewindBody(Body):
+    stream: Flag = None
+    return_trace: Flag = None
+    user_id: str | None = None
 
 
 def _shown(event: dict, return_trace: bool) -> bool:
@@ -139,6 +168,7 @@ def _rewind_request(agent_id: str, session_id: str, body: dict) -> TurnRequest:
 
 
 @bp.post("/agents/<agent_id>/sessions/<session_id>/regenerate")
+@spec.validate(json=RewindBody, tags=["completions"])
 def regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     """Run the last turn again from the state before it; replies as a completion."""
     body = json_body(required=False)
@@ -149,6 +179,7 @@ def regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/agents/<agent_id>/sessions/<session_id>/undo")
+@spec.validate(json=RewindBody, tags=["completions"])
 def undo(agent_id: str, session_id: str) -> ResponseReturnValue:
     """Restore the state before the last turn; replies as a completion (``message_end``)."""
     body = json_body(required=False)
@@ -158,11 +189,13 @@ def undo(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/agents/<agent_id>/completions")
+@spec.validate(json=CompletionBody, tags=["completions"])
 def agent_completions(agent_id: str) -> ResponseReturnValue:
     return _complete(agent_id, json_body())
 
 
 @bp.post("/agents/chat/completions")
+@spec.validate(json=ChatCompletionBody, tags=["completions"])
 def chat_completions() -> ResponseReturnValue:
     body = json_body()
     if body.get("agent_id") is None:

@@ -29,6 +29,7 @@ from api.blueprints.files import allow_upload_body, upload_reply
 from api.db import Agent, db
 from api.errors import ArgumentError, AuthError, TooLarge
 from api.http import flag, json_body, ok, tenant_id, transcript_page_args
+from api.openapi import Body, Query, spec
 from api.services import embed
 from api.services.agents import get_agent
 from api.services.tokens import create_token, hash_token, tenant_for_token
@@ -144,7 +145,41 @@ def bot_inputs(agent_id: str) -> ResponseReturnValue:
     return ok(embed.bot_info(tenant_id(), agent_id, turn_service().limits))
 
 
+class BotCompletionBody(Body):
+    """A visitor's turn: ``user_id`` is the random id the page made (32-128 of A-Z a-z 0-9 - _)."""
+
+    user_id: str
+    question: str | None = None
+    query: str | None = None
+    stream: bool | str | int | None = None
+    session_id: str | None = None
+    inputs: dict | None = None
+    files: list | None = None
+
+
+class VisitorBody(Body):
+    user_id: str
+    stream: bool | str | int | None = None
+
+
+class VisitorQuery(Query):
+    user_id: str
+    messages_page: str | None = None
+    messages_page_size: str | None = None
+
+
+class EmbedQuery(Query):
+    embed_token: str | None = None
+
+
+class EmbedOrigins(Body):
+    """``allowed_origins``: origins ``https://host[:port]`` (at most 50) or ``"*"``."""
+
+    allowed_origins: list
+
+
 @bot_bp.post("/agentbots/<agent_id>/completions")
+@spec.validate(json=BotCompletionBody, tags=["embed"])
 def bot_completions(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     end_user = embed.check_end_user(body.get("user_id"))
@@ -165,6 +200,7 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
 
 
 @bot_bp.post("/agentbots/<agent_id>/sessions/<session_id>/regenerate")
+@spec.validate(json=VisitorBody, tags=["embed"])
 def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     """The page's "Regenerate": the end user's last answer asked for again."""
     body = json_body()
@@ -209,6 +245,7 @@ def bot_upload(agent_id: str) -> ResponseReturnValue:
 
 
 @bot_bp.get("/agentbots/<agent_id>/sessions/<session_id>")
+@spec.validate(query=VisitorQuery, tags=["embed"])
 def bot_session(agent_id: str, session_id: str) -> ResponseReturnValue:
     end_user = embed.check_end_user(request.args.get("user_id"))
     page, page_size = transcript_page_args()
@@ -216,6 +253,7 @@ def bot_session(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 @bot_bp.post("/agentbots/<agent_id>/sessions/<session_id>/cancel")
+@spec.validate(json=VisitorBody, tags=["embed"])
 def bot_cancel(agent_id: str, session_id: str) -> ResponseReturnValue:
     end_user = embed.check_end_user(json_body().get("user_id"))
     result = embed.cancel_end_user_turn(tenant_id(), agent_id, session_id, end_user)
@@ -225,6 +263,7 @@ def bot_cancel(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 # ---------------------------------------------------------------------- the snippet
 @admin_bp.get("/agents/<agent_id>/embed")
+@spec.validate(query=EmbedQuery, tags=["embed"])
 def embed_snippet(agent_id: str) -> ResponseReturnValue:
     agent = get_agent(tenant_id(), agent_id)
     token = request.args.get("embed_token") or None
@@ -237,6 +276,7 @@ def embed_snippet(agent_id: str) -> ResponseReturnValue:
 
 
 @admin_bp.put("/agents/<agent_id>/embed")
+@spec.validate(json=EmbedOrigins, tags=["embed"])
 def set_embed_origins(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     if "allowed_origins" not in body:

@@ -35,6 +35,7 @@ from agent.llm.tokens import count_tokens
 from api.auth import require_api_token
 from api.errors import ApiError, ArgumentError, envelope, reply_for, turn_failure_status
 from api.http import field, flag, json_body, sse_response, tenant_id
+from api.openapi import Body, spec
 from api.services.turns import Turn, TurnRequest, TurnResult, turn_service
 
 bp = Blueprint("openai_compat", __name__, url_prefix="/api/v1")
@@ -55,7 +56,22 @@ def _install(state: Any) -> None:
     state.app.extensions["agentcanvas.openai_compatible"] = openai_reply
 
 
+class OpenAIChatBody(Body):
+    """OpenAI's Chat Completions request; the last ``user`` message is the question. The
+    session comes from ``metadata.id`` or ``session_id`` (else a new one is made)."""
+
+    messages: list | None = None
+    model: str | None = None
+    stream: bool | str | int | None = None
+    user: str | None = None
+    stream_options: dict | None = None
+    metadata: dict | None = None
+    session_id: str | None = None
+    inputs: dict | None = None
+
+
 @bp.post("/agents_openai/<agent_id>/chat/completions")
+@spec.validate(json=OpenAIChatBody, tags=["openai"])
 def chat_completions(agent_id: str) -> ResponseReturnValue:
     return openai_reply(agent_id, json_body())
 

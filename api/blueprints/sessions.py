@@ -6,6 +6,7 @@ from flask import Blueprint, request
 from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
+from api.blueprints.agents import ListQuery
 from api.errors import ArgumentError, NotFound
 from api.http import (
     arg_flag,
@@ -18,6 +19,7 @@ from api.http import (
     tenant_id,
     transcript_page_args,
 )
+from api.openapi import Body, Query, spec
 from api.services import sessions, variables
 from api.services.turns import turn_service
 
@@ -25,7 +27,37 @@ bp = Blueprint("sessions", __name__, url_prefix="/api/v1")
 bp.before_request(require_api_token)
 
 
+class SessionBody(Body):
+    name: str | None = None
+    user_id: str | None = None
+
+
+class SessionListQuery(ListQuery):
+    id: str | None = None
+    user_id: str | None = None
+    dsl: str | None = None
+    messages: str | None = None
+
+
+class SessionQuery(Query):
+    dsl: str | None = None
+    messages_page: str | None = None
+    messages_page_size: str | None = None
+
+
+class SessionIds(Body):
+    ids: list[str] | None = None
+    delete_all: bool | str | int | None = None
+
+
+class VariableValue(Body):
+    """``{"value": ...}``, checked against the variable's declared type."""
+
+    value: object = None
+
+
 @bp.post("/agents/<agent_id>/sessions")
+@spec.validate(json=SessionBody, tags=["sessions"])
 def create_session(agent_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
     name = field(body, "name", str, default="", max_length=255)
@@ -40,6 +72,7 @@ def create_session(agent_id: str) -> ResponseReturnValue:
 
 
 @bp.get("/agents/<agent_id>/sessions")
+@spec.validate(query=SessionListQuery, tags=["sessions"])
 def list_sessions(agent_id: str) -> ResponseReturnValue:
     page, page_size = page_args()
     orderby, desc = order_args(sessions.ORDER_FIELDS, "update_time")
@@ -60,6 +93,7 @@ def list_sessions(agent_id: str) -> ResponseReturnValue:
 
 
 @bp.get("/agents/<agent_id>/sessions/<session_id>")
+@spec.validate(query=SessionQuery, tags=["sessions"])
 def get_session(agent_id: str, session_id: str) -> ResponseReturnValue:
     with_dsl = arg_flag("dsl", False)
     page, page_size = transcript_page_args()
@@ -70,6 +104,7 @@ def get_session(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 @bp.delete("/agents/<agent_id>/sessions")
+@spec.validate(json=SessionIds, tags=["sessions"])
 def delete_sessions(agent_id: str) -> ResponseReturnValue:
     body = json_body()
     delete_all = flag(body.get("delete_all"), "delete_all")
@@ -99,6 +134,7 @@ def list_variables(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/agents/<agent_id>/sessions/<session_id>/variables/<name>")
+@spec.validate(json=VariableValue, tags=["sessions"])
 def put_variable(agent_id: str, session_id: str, name: str) -> ResponseReturnValue:
     body = json_body()
     if "value" not in body:

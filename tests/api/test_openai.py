@@ -153,7 +153,7 @@ def test_paused_form_comes_back_as_tips_and_user_inputs(api: Api):
     [
         ({"messages": []}, "'messages' must be a non-empty list"),
         ({}, "'messages' must be a non-empty list"),
-        ({"messages": "hi"}, "'messages' must be a non-empty list"),
+        ({"messages": "hi"}, "'messages' must be a list, got text"),
         ({"messages": [{"content": "hi"}]}, "messages[0] must be an object with a 'role'"),
         ({"messages": ["hi"]}, "messages[0] must be an object"),
         ({"messages": [{"role": "system", "content": "x"}]}, "no message with role 'user'"),

@@ -1,0 +1,39 @@
+"""The OpenAPI document: made from the schemas that validate requests, listing every route."""
+
+from __future__ import annotations
+
+import re
+
+from tests.api.conftest import Api
+
+
+def test_the_document_is_openapi_3_1_and_lists_every_route(api: Api):
+    document = api.client.get("/api/v1/openapi.json").json
+    assert document["openapi"] == "3.1.0"
+    documented = {(path, method.upper()) for path, ops in document["paths"].items() for method in ops}
+    for rule in api.app.url_map.iter_rules():
+        if rule.endpoint in ("static", "docs.api_docs") or rule.endpoint.startswith("openapi"):
+            continue
+        path = re.sub(r"<(?:[a-z]+:)?([a-z_]+)>", r"{\1}", rule.rule)
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert (path, method) in documented, f"{method} {path} is not in the OpenAPI document"
+    completion = document["paths"]["/api/v1/agents/{agent_id}/completions"]["post"]
+    body = completion["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert {"question", "stream", "session_id", "inputs"} <= set(
+        document["components"]["schemas"][body]["properties"]
+    )
+
+
+def test_a_body_that_breaks_its_schema_is_a_400_naming_the_field(api: Api):
+    resp = api.post("/agents", json={"title": 5, "dsl": {}})
+    assert resp.status_code == 400 and resp.json["code"] == 101
+    assert resp.json["message"] == "'title' must be text, got a number"
+    resp = api.put("/agents/x/embed", json={})
+    assert resp.status_code == 400 and "'allowed_origins' is required" in resp.json["message"]
+
+
+def test_the_page_for_people_lists_the_routes(api: Api):
+    page = api.client.get("/api/v1/docs")
+    assert page.status_code == 200 and page.content_type.startswith("text/html")
+    text = page.get_data(as_text=True)
+    assert "/api/v1/agents/{agent_id}/completions" in text and "session_id" in text
