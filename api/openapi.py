@@ -30,7 +30,7 @@ from spectree import SecurityScheme, SecuritySchemeData, SpecTree
 from spectree.plugins.flask_plugin import FlaskPlugin
 
 from api.errors import ArgumentError
-from api.http import json_type
+from api.http import json_body, json_type
 
 
 class Body(BaseModel):
@@ -59,6 +59,20 @@ class _Plugin(FlaskPlugin):
             if rule.endpoint.startswith("openapi") or rule.endpoint in ("static", "docs.api_docs"):
                 continue
             yield rule
+
+    def request_validation(
+        self, request: Any, query: Any, json: Any, form: Any, headers: Any, cookies: Any
+    ) -> None:
+        # The body's own checks first (nesting depth, lone surrogates, numbers out of
+        # range: api.http.json_body), so a malformed body gets their words and the
+        # schema only ever sees a body that parses safely.
+        if (
+            json is not None
+            and request.method not in ("GET", "DELETE")
+            and request.mimetype == "application/json"
+        ):
+            json_body(required=False)
+        super().request_validation(request, query, json, form, headers, cookies)
 
     def validate_response(
         self, resp: Any, resp_model: Any, skip_validation: bool, force_resp_serialize: bool
