@@ -22,6 +22,7 @@ class AgentBody(Body):
     title: str | None = None
     dsl: dict | None = None
     description: str | None = None
+    release: bool | str | int | None = None
 
 
 class AgentUpdate(AgentBody):

@@ -49,7 +49,8 @@ class CompletionBody(Body):
 
 
 class ChatCompletionBody(CompletionBody):
-    agent_id: str
+    # Required, checked by the view in RAGFlow's words ("`agent_id` is required").
+    agent_id: str | None = Field(default=None, description="required: the agent to run")
     openai_compatible: Flag = Field(default=None, alias="openai-compatible")
 
 
