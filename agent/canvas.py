@@ -1,7 +1,7 @@
 """The Canvas: one DSL blob, run along its path, serialized back whole.
 
     canvas = Canvas(dsl)                  # str or dict; raises DSLError
-    for event in canvas.run(query="hi"):  # events of DESIGN §4
+    for event in canvas.run(query="hi"):  # events of docs/design.md §4
         ...
     text = str(canvas)                    # the whole snapshot; Canvas(text) continues
 
@@ -77,7 +77,7 @@ MAX_RETRIEVAL_CHUNKS = 32
 
 @dataclass
 class Limits:
-    """Per-canvas limits (DESIGN §11); the API fills them from its configuration."""
+    """Per-canvas limits (docs/design.md §11); the API fills them from its configuration."""
 
     max_steps: int = 1000
     max_seconds: float = 600.0
@@ -87,7 +87,7 @@ class Limits:
     max_value_bytes: int = 64 * 1024
     history_size: int = 100
     retrieval_size: int = 20
-    # Files in conversations (DESIGN §13): one file, the files one turn may carry
+    # Files in conversations (docs/design.md §13): one file, the files one turn may carry
     # (attached and answered in forms), and all the files a session may take in.
     max_file_bytes: int = 32 * 1024 * 1024
     max_files_per_turn: int = 10
@@ -126,7 +126,7 @@ class Canvas:
 
     Args:
         dsl: the DSL or snapshot, as JSON text or a dict (the dict is copied).
-        limits: run and size limits; defaults to DESIGN §11's.
+        limits: run and size limits; defaults to docs/design.md §11's.
         services: objects the host provides to components (e.g. ``"llm"``,
             ``"memory_store"``); the runtime itself needs none.
 
@@ -627,7 +627,7 @@ class Canvas:
         files: list | None = None,
         **context: Any,
     ) -> Iterator[dict]:
-        """Run one turn (or resume a paused form); yields the events of DESIGN §4.
+        """Run one turn (or resume a paused form); yields the events of docs/design.md §4.
 
         Raises (before any state changes):
             InputError: ``inputs`` do not fit the pending form (or Begin's form).

@@ -1,4 +1,4 @@
-"""Compaction of an LLM-backed node's memory (DESIGN §15), as Dify 1.17 does for agents.
+"""Compaction of an LLM-backed node's memory (docs/design.md §15), as Dify 1.17 does for agents.
 
 A node with ``compaction: true`` (or ``{"max_summary_tokens": N}``, default 500) does
 not simply forget what its window or token budget drops: the model summarises the

@@ -1,4 +1,4 @@
-"""Files in conversations, as the runtime sees them (DESIGN §13).
+"""Files in conversations, as the runtime sees them (docs/design.md §13).
 
 A file is named by its **descriptor**, RAGFlow's upload answer::
 

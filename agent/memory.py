@@ -1,4 +1,4 @@
-"""Conversation memory of the LLM-backed nodes (DESIGN §8).
+"""Conversation memory of the LLM-backed nodes (docs/design.md §8).
 
 Each LLM, Agent and Categorize node remembers its own exchanges: the rendered user
 prompt it sent and the answer it got. Where that memory lives:

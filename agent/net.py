@@ -1,4 +1,4 @@
-"""Outbound HTTP for components and tools, guarded (DESIGN §11): one place for the rules.
+"""Outbound HTTP for components and tools, guarded (docs/design.md §11): one place for the rules.
 
     from agent import net
     allow = net.AllowList(settings["allow_hosts"])        # ValueError names the bad entry

@@ -8,7 +8,7 @@ what the DSL's author wrote. jinja2 runs in its ``SandboxedEnvironment``.
 A template without ``{{``/``{%`` skips jinja2 entirely (plain substitution, done with a
 function so backslashes in values never act as regex group references).
 
-Limits (DESIGN §11: no template can exhaust a worker), through the sandbox's own hooks:
+Limits (docs/design.md §11: no template can exhaust a worker), through the sandbox's own hooks:
 
 * ``*``, ``**``, ``+``, ``%`` and ``~`` are intercepted: a result that would be over
   :data:`MAX_OUTPUT` characters (or items), or a power over :data:`MAX_INT_BITS` bits,

@@ -90,7 +90,7 @@ def from_settings(settings: dict[str, Any]) -> dict[str, Any]:
     limits = settings.get("limits") or {}
     if isinstance(limits, dict):
         out["LIMITS"] = dict(limits)
-    # AGENTCANVAS_MAX_FILE_BYTES (DESIGN's name) arrives as section "max", key "file_bytes".
+    # AGENTCANVAS_MAX_FILE_BYTES (docs/design.md's name) arrives as section "max", key "file_bytes".
     max_file_bytes = (
         (settings.get("max") or {}).get("file_bytes") if isinstance(settings.get("max"), dict) else None
     )

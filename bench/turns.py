@@ -21,10 +21,10 @@ commit, which LangGraph's checkpointer gets unless told otherwise):
 * **LangGraph + SqliteSaver**: the same greet → interrupt → reply graph
   (``bench/support/intake_graph.py``), ``pip install -e '.[bench]'``.
 
-With MariaDB reachable, ours and the floors also run on it (durability is the
-server's, the same for both).
+With MariaDB and PostgreSQL reachable, ours and the floors also run on each (durability
+is the server's, the same for all subjects of a group).
 
-    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--no-mysql]
+    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--no-mysql] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(BENCH, "support"))
 
 ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
 MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
+POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 
 
 def intake_dsl() -> dict:
@@ -184,6 +185,20 @@ def mysql_database() -> tuple[str, object]:
     return f"mysql://root@127.0.0.1:3306/{name}", drop
 
 
+def postgres_database() -> tuple[str, object]:
+    import psycopg
+
+    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return f"postgresql://postgres@127.0.0.1:5432/{name}", drop
+
+
 def report(group: str, times: dict[str, dict[int, list[float]]], points: list[int]) -> None:
     head = "".join(f"{'turn ' + str(p):>24}" for p in points)
     print(f"\n{group}: ms per pause+resume turn, median [25th–75th percentile]")
@@ -219,6 +234,7 @@ def main() -> int:
     parser.add_argument("--points", default="10,100,1000")
     parser.add_argument("--window", type=int, default=21)
     parser.add_argument("--no-mysql", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--durability", default="normal,full", help="SQLite synchronous settings to run")
     args = parser.parse_args()
     points = [int(p) for p in args.points.split(",")]
@@ -256,6 +272,22 @@ def main() -> int:
                         "ours mariadb": Ours(urls[0]),
                         "floor mariadb, 1 commit": Floor(urls[1], False),
                         "floor mariadb, 2 commits": Floor(urls[2], True),
+                    },
+                )
+            )
+        if not args.no_postgres:
+            urls = []
+            for _ in range(3):
+                url, drop = postgres_database()
+                cleanups.append(drop)
+                urls.append(url)
+            groups.append(
+                (
+                    "PostgreSQL (server durability, the same for all)",
+                    {
+                        "ours postgres": Ours(urls[0]),
+                        "floor postgres, 1 commit": Floor(urls[1], False),
+                        "floor postgres, 2 commits": Floor(urls[2], True),
                     },
                 )
             )

@@ -1,4 +1,4 @@
-"""What Begin and UserFillUp share: a form that can pause the run (DESIGN §5).
+"""What Begin and UserFillUp share: a form that can pause the run (docs/design.md §5).
 
 Bookkeeping in ``data`` (kept in the snapshot while paused):
 ``answers`` (accepted, converted values), ``pending`` (paused here), ``asked``

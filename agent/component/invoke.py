@@ -23,7 +23,7 @@ with an error status (4xx, 5xx) is an output like any other, so the flow can bra
 ``status_code``; what fails the component is a refused destination, a redirect, a
 timeout, an answer over the size cap, or a connection error.
 
-Safety (DESIGN §11): the call goes through :mod:`agent.net`, which checks the
+Safety (docs/design.md §11): the call goes through :mod:`agent.net`, which checks the
 destination (special-purpose ranges refused unless allow-listed, one lookup, the
 checked address is the one called), follows no redirect and caps the answer's size;
 connecting, sending and reading together obey the turn's deadline and cancel

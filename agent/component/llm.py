@@ -342,7 +342,7 @@ class LLM(ComponentBase):
         max_tokens: int,
         prompt_tokens: int,
     ) -> tuple[list[dict], list[dict], list[dict], list[str], list[str], int]:
-        """Files into the messages (DESIGN §13).
+        """Files into the messages (docs/design.md §13).
 
         Documents the prompts reference (``marked``) take their text where they are
         referenced; the turn's other documents are added to the last user message;

@@ -1,4 +1,4 @@
-"""UserFillUp: pause the run and ask the user to fill in a form (DESIGN §5).
+"""UserFillUp: pause the run and ask the user to fill in a form (docs/design.md §5).
 
 Params: ``inputs`` (the form), ``enable_tips`` (default true) and ``tips`` (text with
 references, rendered when the run pauses). Outputs: one per field, read as

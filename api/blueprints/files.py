@@ -24,7 +24,7 @@ def file_settings() -> files.FileSettings:
 
 
 def allow_upload_body() -> None:
-    """Upload routes take bodies up to every file at its limit (DESIGN §13), not the
+    """Upload routes take bodies up to every file at its limit (docs/design.md §13), not the
     JSON routes' limit. Call before the form is read."""
     request.max_content_length = file_settings().upload_body_limit()
 

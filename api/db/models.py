@@ -192,7 +192,7 @@ class MessageLog(BaseModel):
 
 
 class MemoryEntry(BaseModel):
-    """One message of keyed LLM memory (DESIGN §8): what a node remembers under a key.
+    """One message of keyed LLM memory (docs/design.md §8): what a node remembers under a key.
 
     Memory kept under a key such as the user id outlives a session; it belongs to one
     (tenant, agent, key, node) and is read newest first, so the index ends in ``id``.
@@ -423,7 +423,7 @@ class FullTextEntry(BaseModel):
 
 
 class UploadFile(BaseModel):
-    """A file uploaded for conversations (DESIGN §13): its descriptor and where its bytes are.
+    """A file uploaded for conversations (docs/design.md §13): its descriptor and where its bytes are.
 
     Files are the tenant's; one uploaded through the embed page is also its visitor's
     (``end_user``, the page's ``user_id``) and only that visitor can use it. The bytes,

@@ -1,4 +1,4 @@
-"""Files in conversations (DESIGN §13): uploads, storage, and the turn's file service.
+"""Files in conversations (docs/design.md §13): uploads, storage, and the turn's file service.
 
 * :func:`save_uploads` checks every file of a request (size, type, a document's
   parse) before it stores any, then stores them all in one transaction: a request

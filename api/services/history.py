@@ -1,4 +1,4 @@
-"""A session's earlier states, for regenerate and undo (DESIGN §15).
+"""A session's earlier states, for regenerate and undo (docs/design.md §15).
 
 Each committed turn keeps the snapshot the session had **before** it: row
 ``(session_id, round=r)`` of :class:`~api.db.SessionSnapshot` is the state after ``r``

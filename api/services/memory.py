@@ -1,4 +1,4 @@
-"""Keyed LLM memory in the database (DESIGN §8): the store a turn's canvas reads, and the
+"""Keyed LLM memory in the database (docs/design.md §8): the store a turn's canvas reads, and the
 REST views' list and forget.
 
 A node with ``memory_key`` (e.g. ``"{sys.user_id}"``) remembers its exchanges under

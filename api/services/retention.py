@@ -1,4 +1,4 @@
-"""Retention (DESIGN §15): idle sessions expire, deleted ones are swept, keyed memory ages out.
+"""Retention (docs/design.md §15): idle sessions expire, deleted ones are swept, keyed memory ages out.
 
 * **Deleting** a session removes its row at once, so no reader sees it again, and
   puts its id in ``session_trash`` in the same transaction (:func:`trash_sessions`).

@@ -1,4 +1,4 @@
-"""The turn transaction (DESIGN §7): the only code that writes a session's snapshot.
+"""The turn transaction (docs/design.md §7): the only code that writes a session's snapshot.
 
 A turn, in order:
 
@@ -353,7 +353,7 @@ class TurnService:
         return self._start(req, row, created=False, inline=inline)
 
     def regenerate(self, req: TurnRequest, inline: bool = False) -> Turn:
-        """Run the session's last turn again from the state before it (DESIGN §15).
+        """Run the session's last turn again from the state before it (docs/design.md §15).
 
         A turn like any other (lease, version, one transaction): the query, form answers
         and files are the last turn's, read from the message log; the last turn's
@@ -614,7 +614,7 @@ class TurnService:
             self.keeper.release_later(claim.owner, lambda: self._release(claim))
 
     def _outcome_after_failed_commit(self, canvas: Canvas, claim: _Claim, result: TurnResult) -> TurnResult:
-        """What to answer when the commit raised: was the turn saved? (DESIGN §11).
+        """What to answer when the commit raised: was the turn saved? (docs/design.md §11).
 
         The connection may have dropped after the database committed, so the session
         is read back — waiting up to :data:`OUTCOME_WAIT_SECONDS` for the database to

@@ -1,4 +1,4 @@
-"""Compaction (DESIGN §15): what an LLM node's window drops is summarised, within budget."""
+"""Compaction (docs/design.md §15): what an LLM node's window drops is summarised, within budget."""
 
 from __future__ import annotations
 

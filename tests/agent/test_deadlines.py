@@ -1,4 +1,4 @@
-"""Every wait of a turn obeys the turn's deadline and cancel (DESIGN §11, issue 8 point 2).
+"""Every wait of a turn obeys the turn's deadline and cancel (docs/design.md §11, issue 8 point 2).
 
 Against real servers on 127.0.0.1: an HTTP endpoint that sends one byte every half
 second (a client whose timeout restarts with each byte would wait minutes), and the

@@ -1,4 +1,4 @@
-"""Forms (DESIGN §5): pause, resume, partial answers, rejected answers, Begin's form."""
+"""Forms (docs/design.md §5): pause, resume, partial answers, rejected answers, Begin's form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conversation memory (DESIGN §8) through the test LLM server: the window, the token
+"""Conversation memory (docs/design.md §8) through the test LLM server: the window, the token
 budget, what is stored, failures, keyed memory and offline token counting."""
 
 from __future__ import annotations

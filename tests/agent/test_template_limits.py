@@ -1,4 +1,4 @@
-"""Templates cannot exhaust a worker (DESIGN §11, issue 8 point 1).
+"""Templates cannot exhaust a worker (docs/design.md §11, issue 8 point 1).
 
 Constant expressions are refused when the DSL is loaded (jinja2 would otherwise fold
 them while compiling); what only shows at run time is refused before it is computed;

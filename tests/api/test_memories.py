@@ -1,4 +1,4 @@
-"""RAGFlow's long-term Memory (DESIGN §15): /memories and /messages, save to memory from a
+"""RAGFlow's long-term Memory (docs/design.md §15): /memories and /messages, save to memory from a
 Message, extraction by the Memory's LLM after the turn, term search, FIFO forgetting."""
 
 from __future__ import annotations

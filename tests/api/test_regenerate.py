@@ -1,4 +1,4 @@
-"""Regenerate and undo (DESIGN §15): ordinary turns that take back the last one."""
+"""Regenerate and undo (docs/design.md §15): ordinary turns that take back the last one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retention (DESIGN §15): idle sessions expire, deleted ones are swept in batches, keyed
+"""Retention (docs/design.md §15): idle sessions expire, deleted ones are swept in batches, keyed
 memory ages out; one worker sweeps at a time; a turn never waits for more than one batch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A session's transcript: paged on every read, capped in stored size (DESIGN §15, issue 8 point 11)."""
+"""A session's transcript: paged on every read, capped in stored size (docs/design.md §15, issue 8 point 11)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The database restarted under load: no acknowledged turn lost, no wrong "not saved",
-no session left busy (issue 8; DESIGN §11 "Unknown outcome is said as unknown").
+no session left busy (issue 8; docs/design.md §11 "Unknown outcome is said as unknown").
 
 A PRIVATE mariadbd (tests/e2e/faults.py) is killed and restarted while 8 clients run
 counter turns through 2 workers; the shared MariaDB is never touched. About 30 s.
