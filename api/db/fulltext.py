@@ -32,7 +32,6 @@ that differs between backends is in the :class:`_Backend` subclasses at the end.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -113,10 +112,13 @@ class FullTextIndex:
         frequencies = {t: backend.frequency(self.scope, groups, t) for t in terms}
         average = total_length / documents if documents else 1.0
         reference = bm25_reference(terms, frequencies, documents) or 1.0
-        encoded = {backend.encode(t): t for t in terms}
+        # Terms are stored space-separated: with every space doubled, each occurrence of a
+        # term is its own " term " (counted in C, without splitting every candidate).
+        padded = [(t, f" {backend.encode(t)} ") for t in terms]
         hits = []
         for item_id, group_id, length, stored in candidates:
-            counts = Counter(encoded[w] for w in stored.split() if w in encoded)
+            text = " " + stored.replace(" ", "  ") + " "
+            counts = {t: text.count(p) for t, p in padded}
             score = bm25(terms, counts, length, average, frequencies, documents)
             if score > 0:
                 hits.append(Hit(item_id, group_id, score, min(score / reference, 1.0)))

@@ -27,7 +27,7 @@ from agent.errors import LLMError
 from agent.llm.client import ChatClient
 from agent.llm.config import resolve_model
 from agent.search_tokens import query_terms
-from api.db import Chunk, Dataset, Document
+from api.db import Chunk, Dataset, Document, db
 from api.errors import ApiError, ArgumentError, NotFound
 from api.services import datasets
 from api.services.datasets import CHUNKS
@@ -236,25 +236,29 @@ class Retriever:
         for cid in set(term) | set(vector):
             scores[cid] = (1 - weight) * term.get(cid, 0.0) + weight * vector.get(cid, 0.0)
         chosen = [cid for cid, s in scores.items() if s >= similarity_threshold]
-        chunks = {c.id: c for c in _chunks(chosen)}
+        # Every match counts (total, doc_aggs), but only the page's rows are read whole.
+        owner = _available_documents(chosen)
         if document_ids:
-            chunks = {k: c for k, c in chunks.items() if c.document_id in set(document_ids)}
+            wanted = set(document_ids)
+            owner = {k: d for k, d in owner.items() if d in wanted}
         # Equal similarities (term similarity is capped at 1) keep BM25's order.
-        ranked = sorted(chunks, key=lambda cid: (-scores[cid], -bm25_score.get(cid, 0.0), cid))
+        ranked = sorted(owner, key=lambda cid: (-scores[cid], -bm25_score.get(cid, 0.0), cid))
+        page_ids = ranked[(page - 1) * page_size : page * page_size]
+        chunks = {c.id: c for c in Chunk.select().where(Chunk.id.in_(page_ids))} if page_ids else {}
         names = {
             d.id: d.name
             for d in Document.select(Document.id, Document.name).where(
-                Document.id.in_(list({c.document_id for c in chunks.values()}))
+                Document.id.in_(list(set(owner.values())))
             )
         }
-        counts = Counter(chunks[cid].document_id for cid in ranked)
+        counts = Counter(owner[cid] for cid in ranked)
         doc_aggs = [
             {"doc_id": doc_id, "doc_name": names.get(doc_id, ""), "count": n}
             for doc_id, n in counts.most_common()
         ]
         terms = query_terms(question)
         out = []
-        for cid in ranked[(page - 1) * page_size : page * page_size]:
+        for cid in page_ids:
             c = chunks[cid]
             item = {
                 "id": c.id,
@@ -279,11 +283,17 @@ class Retriever:
         return {"chunks": out, "doc_aggs": doc_aggs, "total": len(ranked)}
 
 
-def _chunks(ids: list[str]) -> list[Chunk]:
-    out = []
+def _available_documents(ids: list[str]) -> dict[str, str]:
+    """``{chunk id: document id}`` of the chunks among ``ids`` that are available."""
+    out: dict[str, str] = {}
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
-        out.extend(Chunk.select().where(Chunk.id.in_(part) & (Chunk.available == True)))  # noqa: E712
+        marks = ", ".join([db.obj.param] * len(part))
+        cursor = db.execute_sql(
+            f"SELECT id, document_id FROM chunk WHERE available = {db.obj.param} AND id IN ({marks})",
+            [True, *part],
+        )
+        out.update((row[0], row[1]) for row in cursor.fetchall())
     return out
 
 

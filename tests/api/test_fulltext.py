@@ -63,3 +63,9 @@ def test_removed_items_and_groups_are_not_found(index):
 
 def test_limit_caps_the_candidates(index):
     assert len(index.search(["g1"], "the", limit=1)) == 1
+
+
+def test_repeated_terms_count_each_time(index):
+    with write_transaction():
+        index.add("g3", [("once", "zebra and more words here"), ("twice", "zebra zebra and more words")])
+    assert ids(index.search(["g3"], "zebra")) == ["twice", "once"]
