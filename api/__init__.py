@@ -64,7 +64,36 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     register_all(app)
     spec.register(app)  # /api/v1/openapi.json, from the routes' declared schemas
+    app.wsgi_app = _TokensOutOfLogs(app.wsgi_app)
     return app
+
+
+class _TokensOutOfLogs:
+    """``DELETE /api/v1/system/tokens/<token>`` with a plain token becomes ``…/sha256:<hash>``
+    before anything sees the request, so no access log or trace ever holds the token.
+
+    The route revokes by id, by ``sha256:<hash>`` or (this old form) by the token itself.
+    """
+
+    _PATH = "/api/v1/system/tokens/"
+
+    def __init__(self, wsgi_app: Any):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        path = environ.get("PATH_INFO") or ""
+        if path.startswith(self._PATH) and environ.get("REQUEST_METHOD") == "DELETE":
+            from api.services.tokens import HASHED, hashed_name, is_token_id
+
+            given = path[len(self._PATH) :]
+            if given and "/" not in given and not is_token_id(given) and not given.startswith(HASHED):
+                hidden = self._PATH + hashed_name(given)
+                environ["PATH_INFO"] = hidden
+                for key in ("RAW_URI", "REQUEST_URI"):
+                    if key in environ:
+                        query = environ[key].partition("?")[2]
+                        environ[key] = hidden + (f"?{query}" if query else "")
+        return self.wsgi_app(environ, start_response)
 
 
 def _start_sweeper(app: Flask) -> None:

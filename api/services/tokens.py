@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import mmap
+import re
 import secrets
 import struct
 import threading
@@ -126,13 +127,31 @@ def list_tokens(tenant_id: str | None = None) -> list[ApiToken]:
     return list(query)
 
 
+#: How a token is named by its hash (``sha256:<hex>``): what logs see of a plain token.
+HASHED = "sha256:"
+_TOKEN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_token_id(text: str) -> bool:
+    """Whether ``text`` is a token's id (as a token list shows it), not a token."""
+    return bool(_TOKEN_ID.fullmatch(text))
+
+
+def hashed_name(token: str) -> str:
+    """``sha256:<hex>``: a plain token named without showing it (for URLs that get logged)."""
+    return HASHED + hash_token(token)
+
+
 def revoke_token(token_or_id: str, tenant_id: str | None = None) -> ApiToken:
-    """Delete a token given as itself or as its id (from a list).
+    """Delete a token given as its id (from a list), as ``sha256:<hash>``, or as itself.
 
     Raises:
         NotFound: no such token (for this tenant, when one is given).
     """
-    cond = (ApiToken.token_hash == hash_token(token_or_id)) | (ApiToken.id == token_or_id)
+    if token_or_id.startswith(HASHED):
+        cond = ApiToken.token_hash == token_or_id[len(HASHED) :]
+    else:
+        cond = (ApiToken.token_hash == hash_token(token_or_id)) | (ApiToken.id == token_or_id)
     if tenant_id is not None:
         cond &= ApiToken.tenant_id == tenant_id
     with write_transaction():
