@@ -8,12 +8,71 @@ from flask.typing import ResponseReturnValue
 from api.auth import require_api_token
 from api.errors import ArgumentError
 from api.http import flag, json_body, ok, order_args, page_args, tenant_id
+from api.openapi import Body, spec
 from api.services import datasets, parsing
 from api.services.datasets import KnowledgeLimits
 from api.services.retrieval import Retriever, embedder
 
 bp = Blueprint("datasets", __name__, url_prefix="/api/v1")
 bp.before_request(require_api_token)
+
+
+Flag = bool | str | int | None
+
+
+class DatasetBody(Body):
+    """A knowledge base, as RAGFlow's dataset API takes it (``name`` is required to create one)."""
+
+    name: str | None = None
+    description: str | None = None
+    avatar: str | None = None
+    embedding_model: str | None = None
+    chunk_method: str | None = None
+    permission: str | None = None
+    parser_config: dict | None = None
+
+
+class IdsBody(Body):
+    ids: list | None = None
+    delete_all: Flag = None
+
+
+class ChunkIdsBody(Body):
+    chunk_ids: list | None = None
+    delete_all: bool | str | int | None = None
+
+
+class DocumentIdsBody(Body):
+    document_ids: list | None = None
+
+
+class DocumentBody(Body):
+    name: str | None = None
+    chunk_method: str | None = None
+    parser_config: dict | None = None
+    enabled: Flag = None
+
+
+class ChunkBody(Body):
+    content: str | None = None
+    important_keywords: list | None = None
+    questions: list | None = None
+    available: Flag = None
+
+
+class RetrievalBody(Body):
+    """A search over datasets: ``question`` and ``dataset_ids`` (or ``document_ids``)."""
+
+    question: str | None = None
+    dataset_ids: list | str | None = None
+    document_ids: list | str | None = None
+    page: int | str | None = None
+    page_size: int | str | None = None
+    similarity_threshold: float | str | None = None
+    vector_similarity_weight: float | str | None = None
+    top_k: int | str | None = None
+    keyword: Flag = None
+    highlight: Flag = None
 
 
 def _limits() -> KnowledgeLimits:
@@ -39,6 +98,7 @@ def _ids(body: dict, name: str = "ids") -> tuple[list | None, bool]:
 
 # ---------------------------------------------------------------------- datasets
 @bp.post("/datasets")
+@spec.validate(json=DatasetBody, tags=["datasets"])
 def create_dataset() -> ResponseReturnValue:
     return ok(datasets.dataset_json(datasets.create_dataset(tenant_id(), json_body())))
 
@@ -54,11 +114,13 @@ def list_datasets() -> ResponseReturnValue:
 
 
 @bp.put("/datasets/<dataset_id>")
+@spec.validate(json=DatasetBody, tags=["datasets"])
 def update_dataset(dataset_id: str) -> ResponseReturnValue:
     return ok(datasets.dataset_json(datasets.update_dataset(tenant_id(), dataset_id, json_body())))
 
 
 @bp.delete("/datasets")
+@spec.validate(json=IdsBody, tags=["datasets"])
 def delete_datasets() -> ResponseReturnValue:
     ids, delete_all = _ids(json_body(required=False))
     return ok({"success_count": datasets.delete_datasets(tenant_id(), ids, delete_all)})
@@ -114,12 +176,14 @@ def _quote(name: str) -> str:
 
 
 @bp.route("/datasets/<dataset_id>/documents/<document_id>", methods=["PUT", "PATCH"])
+@spec.validate(json=DocumentBody, tags=["datasets"])
 def update_document(dataset_id: str, document_id: str) -> ResponseReturnValue:
     doc = datasets.update_document(tenant_id(), dataset_id, document_id, json_body())
     return ok(datasets.document_json(doc))
 
 
 @bp.delete("/datasets/<dataset_id>/documents")
+@spec.validate(json=IdsBody, tags=["datasets"])
 def delete_documents(dataset_id: str) -> ResponseReturnValue:
     ids, delete_all = _ids(json_body(required=False))
     return ok({"success_count": datasets.delete_documents(tenant_id(), dataset_id, ids, delete_all)})
@@ -127,6 +191,7 @@ def delete_documents(dataset_id: str) -> ResponseReturnValue:
 
 # ---------------------------------------------------------------------- parsing
 @bp.post("/datasets/<dataset_id>/chunks")
+@spec.validate(json=DocumentIdsBody, tags=["datasets"])
 def parse_documents(dataset_id: str) -> ResponseReturnValue:
     body = json_body()
     parsing.start_parsing(tenant_id(), dataset_id, body.get("document_ids"))
@@ -135,6 +200,7 @@ def parse_documents(dataset_id: str) -> ResponseReturnValue:
 
 
 @bp.delete("/datasets/<dataset_id>/chunks")
+@spec.validate(json=DocumentIdsBody, tags=["datasets"])
 def cancel_parsing(dataset_id: str) -> ResponseReturnValue:
     body = json_body()
     parsing.cancel_parsing(tenant_id(), dataset_id, body.get("document_ids"))
@@ -159,6 +225,7 @@ def list_chunks(dataset_id: str, document_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/datasets/<dataset_id>/documents/<document_id>/chunks")
+@spec.validate(json=ChunkBody, tags=["datasets"])
 def add_chunk(dataset_id: str, document_id: str) -> ResponseReturnValue:
     chunk = datasets.add_chunk(tenant_id(), dataset_id, document_id, json_body(), _limits(), _embed())
     doc = datasets.get_document(tenant_id(), dataset_id, document_id)
@@ -166,6 +233,7 @@ def add_chunk(dataset_id: str, document_id: str) -> ResponseReturnValue:
 
 
 @bp.route("/datasets/<dataset_id>/documents/<document_id>/chunks/<chunk_id>", methods=["PUT", "PATCH"])
+@spec.validate(json=ChunkBody, tags=["datasets"])
 def update_chunk(dataset_id: str, document_id: str, chunk_id: str) -> ResponseReturnValue:
     chunk = datasets.update_chunk(tenant_id(), dataset_id, document_id, chunk_id, json_body(), _embed())
     doc = datasets.get_document(tenant_id(), dataset_id, document_id)
@@ -173,6 +241,7 @@ def update_chunk(dataset_id: str, document_id: str, chunk_id: str) -> ResponseRe
 
 
 @bp.delete("/datasets/<dataset_id>/documents/<document_id>/chunks")
+@spec.validate(json=ChunkIdsBody, tags=["datasets"])
 def delete_chunks(dataset_id: str, document_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
     ids, delete_all = _ids(body, "chunk_ids")
@@ -182,6 +251,7 @@ def delete_chunks(dataset_id: str, document_id: str) -> ResponseReturnValue:
 
 # ---------------------------------------------------------------------- search
 @bp.post("/retrieval")
+@spec.validate(json=RetrievalBody, tags=["retrieval"])
 def retrieval() -> ResponseReturnValue:
     retriever = Retriever(
         tenant_id(), _llm_settings(), max_page_size=int(current_app.config["PAGE_SIZE"]) * 10
