@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from flask import Blueprint, current_app, request
 from flask.typing import ResponseReturnValue
+from pydantic import Field
 
 from api.auth import require_api_token
 from api.http import json_body, ok, order_args, page_args, tenant_id
+from api.openapi import Body, spec
 from api.services import mcp_servers
 
 bp = Blueprint("mcp", __name__, url_prefix="/api/v1")
@@ -15,6 +17,18 @@ bp.before_request(require_api_token)
 
 def _settings() -> dict:
     return current_app.config.get("SETTINGS") or {}
+
+
+class McpServerBody(Body):
+    """An MCP server of the tenant (RAGFlow's /mcp/servers); its tools are listed and stored."""
+
+    name: str | None = None
+    url: str | None = None
+    server_type: str | None = Field(default=None, description="sse or streamable-http")
+    headers: dict | None = None
+    description: str | None = None
+    timeout: float | int | str | None = None
+    variables: dict | None = None
 
 
 @bp.get("/mcp/servers")
@@ -28,6 +42,7 @@ def list_servers() -> ResponseReturnValue:
 
 
 @bp.post("/mcp/servers")
+@spec.validate(json=McpServerBody, tags=["mcp"])
 def create_server() -> ResponseReturnValue:
     row = mcp_servers.create_server(tenant_id(), json_body(), _settings())
     return ok(mcp_servers.server_json(row))
@@ -39,6 +54,7 @@ def get_server(mcp_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/mcp/servers/<mcp_id>")
+@spec.validate(json=McpServerBody, tags=["mcp"])
 def update_server(mcp_id: str) -> ResponseReturnValue:
     row = mcp_servers.update_server(tenant_id(), mcp_id, json_body(), _settings())
     return ok(mcp_servers.server_json(row))
@@ -51,5 +67,6 @@ def delete_server(mcp_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/mcp/servers/<mcp_id>/test")
+@spec.validate(json=McpServerBody, tags=["mcp"])
 def test_server(mcp_id: str) -> ResponseReturnValue:
     return ok(mcp_servers.test_server(json_body(), _settings()))

@@ -9,6 +9,7 @@ from flask.typing import ResponseReturnValue
 from api.auth import require_api_token
 from api.errors import ArgumentError
 from api.http import arg_int, json_body, ok, page_args, tenant_id
+from api.openapi import Body, spec
 from api.services import memories
 from api.services.turns import turn_service
 
@@ -35,7 +36,36 @@ def _number(name: str, default: float) -> float:
     return value
 
 
+class MemoryBody(Body):
+    """A RAGFlow Memory (``name`` is required to create one)."""
+
+    name: str | None = None
+    avatar: str | None = None
+    description: str | None = None
+    llm_id: str | None = None
+    embd_id: str | None = None
+    memory_type: list | str | None = None
+    memory_size: int | str | None = None
+    forgetting_policy: str | None = None
+    temperature: float | str | None = None
+    permissions: str | None = None
+    system_prompt: str | None = None
+    user_prompt: str | None = None
+
+
+class MessageBody(Body):
+    """One exchange saved to Memories: ``memory_id`` (one id or a list), ``user_input``, ``agent_response``."""
+
+    memory_id: list | str | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    user_input: str | None = None
+    agent_response: str | None = None
+    user_id: str | None = None
+
+
 @bp.post("/memories")
+@spec.validate(json=MemoryBody, tags=["memories"])
 def create_memory() -> ResponseReturnValue:
     return ok(memories.memory_json(memories.create_memory(tenant_id(), json_body())))
 
@@ -56,6 +86,7 @@ def memory_config(memory_id: str) -> ResponseReturnValue:
 
 
 @bp.put("/memories/<memory_id>")
+@spec.validate(json=MemoryBody, tags=["memories"])
 def update_memory(memory_id: str) -> ResponseReturnValue:
     return ok(memories.memory_json(memories.update_memory(tenant_id(), memory_id, json_body())))
 
@@ -73,6 +104,7 @@ def memory_messages(memory_id: str) -> ResponseReturnValue:
 
 
 @bp.post("/messages")
+@spec.validate(json=MessageBody, tags=["memories"])
 def add_message() -> ResponseReturnValue:
     message = memories.add_message(tenant_id(), json_body(), turn_service().extractor)
     return ok(None, message=message)
