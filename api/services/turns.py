@@ -1034,6 +1034,9 @@ def _log_rows(
         tips = str(data.get("tips") or "")
         assistant = "\n\n".join(t for t in (assistant, tips) if t)
         assistant_meta = {"form": data.get("inputs"), "component_id": data.get("component_id")}
+    elif (reference := (result.final_event.get("data") or {}).get("reference")) is not None:
+        # The cited chunks, as RAGFlow lists them with a message of the transcript.
+        assistant_meta = {"reference": reference.get("chunks") or []}
     return [
         {
             "session_id": claim.session_id,

@@ -1113,7 +1113,9 @@
             var text = userTextOf(m, lastForm);
             if (text) addMessage("user", text);
           } else {
-            lastItem = addMessage("assistant", m.content).item;
+            var shown = addMessage("assistant", m.content);
+            lastItem = shown.item;
+            if (m.reference) showSources(shown, { chunks: m.reference });
             if (m.form) lastForm = m.form;
           }
         });

@@ -70,6 +70,9 @@ def test_ragflow_starter_template_answers_with_citations(api: Api, llm: LLMServe
     assert chunks[0]["document_id"] == ids[0] and chunks[0]["dataset_id"] == ds
     assert event["reference"]["doc_aggs"] == [{"doc_name": "guide.md", "doc_id": ids[0], "count": 1}]
     # The model was told to cite and read the knowledge blocks from the tool.
+    # The transcript keeps the cited chunks with the answer (RAGFlow's message "reference").
+    messages = api.session(agent, event["session_id"])["message"]
+    assert messages[-1]["reference"] == chunks
     first, second = llm.chat_requests()[-2:]
     assert "[ID:n]" in first["messages"][0]["content"]
     assert any("ID: 0" in str(m.get("content")) for m in second["messages"] if m["role"] == "tool")

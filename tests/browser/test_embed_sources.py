@@ -52,6 +52,8 @@ def test_cited_sources_appear_under_the_answer(site: Site, context: BrowserConte
     sources.locator("summary").click()
     expect(sources.locator("li")).to_have_text(re.compile(r"^policy\.md: .*returned within 30 days"))
     shot(page, "sources-1-cited")
+    page.reload()  # the transcript keeps the sources
+    expect(page.locator(".message.assistant .sources summary")).to_have_text("1 source")
 
     # Markup in a source is shown as text.
     send(page, "When do parcels leave the warehouse?")
