@@ -139,9 +139,8 @@ def test_one_worker_sweeps_at_a_time(retention_api: Api):
     agent_id = api.create_agent(echo_dsl())
     api.create_session(agent_id)
     with api.app.app_context(), db.connection_context():
-        WorkerLease.insert(
-            name="sweep", lease_owner="elsewhere", lease_expires=later(30)
-        ).on_conflict_replace().execute()
+        WorkerLease.insert(name="sweep").on_conflict_ignore().execute()
+        WorkerLease.update(lease_owner="elsewhere", lease_expires=later(30)).execute()
     report = sweep_at(api, later(HOUR + 60))
     assert report.skipped and report.expired == 0
     with api.app.app_context(), db.connection_context():
