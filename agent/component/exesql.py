@@ -26,9 +26,10 @@ Safety:
   own) needs ``tools.exesql.allow_hosts``. SQLite files must lie under one of
   ``tools.exesql.sqlite_dirs`` (none by default: the server's own files are never
   reachable).
-* **Time and rows**: each statement is bounded by the server (``max_statement_time``
-  / ``max_execution_time`` / ``statement_timeout``) and by the turn's deadline and
-  cancel (the statement is cancelled on the server); at most ``max_records`` rows are
+* **Time and rows**: each statement gets ``timeout_seconds`` (connecting, at most
+  10 s), bounded by the server (``max_statement_time`` / ``max_execution_time`` /
+  ``statement_timeout``) and by the turn's deadline and cancel (the statement is
+  cancelled on the server); at most ``max_records`` rows are
   fetched per statement (and at most ``tools.exesql.max_records``).
 * The password is never in outputs, events, errors or logs.
 """
@@ -60,6 +61,8 @@ NO_RECORD = "No record in the database!"
 # The server's own statement limit is this much longer than the run's: the run's
 # deadline cancels first (a clear error), the server's limit is the backstop.
 _BACKSTOP_SECONDS = 1.0
+#: The longest a connection may take to open (the turn's deadline still applies).
+CONNECT_SECONDS = 10.0
 
 
 class ExeSQLParam(ToolParam):
@@ -167,12 +170,13 @@ class ExeSQL(ToolComponent):
         cap = int(settings.get("max_records") or 1024)
         rows_cap = min(int(p.max_records or cap), cap)
         timeout = min(float(p.timeout_seconds), float(settings.get("timeout_seconds") or 30))
-        wait = self._canvas.deadline.within(timeout, "ExeSQL timeout_seconds")
-        session = self._open(wait)
+        session = self._open(timeout)
         results: list[Any] = []
         tables: list[str] = []
         try:
             for statement in statements:
+                # Each statement has the whole timeout (the turn's deadline still bounds all).
+                wait = session.wait = self._canvas.deadline.within(timeout, "ExeSQL timeout_seconds")
                 wait.check()
                 try:
                     columns, rows = deadlines.call(
@@ -207,8 +211,9 @@ class ExeSQL(ToolComponent):
         return self.outputs.get("formalized_content")
 
     # -- connections --------------------------------------------------------------------
-    def _open(self, wait: deadlines.Deadline) -> _Session:
+    def _open(self, timeout: float) -> _Session:
         p = self._param
+        wait = self._canvas.deadline.within(CONNECT_SECONDS, "connecting")
         if p.db_type == "sqlite":
             return _SQLiteSession(self._sqlite_path(), p.read_only, wait)
         host = str(self._conn_param("host") or "")
@@ -235,14 +240,12 @@ class ExeSQL(ToolComponent):
         opener = _PostgresSession if p.db_type == "postgres" else _MySQLSession
         try:
             return deadlines.call(
-                wait, lambda: opener(address, port, database, user, password, p.read_only, wait)
+                wait, lambda: opener(address, port, database, user, password, p.read_only, wait, timeout)
             )
         except (Cancelled, DeadlineExceeded):
             raise
         except ComponentTimeout:
-            raise self.fail(
-                f"connecting to {host}:{port} took longer than the timeout", retryable=False
-            ) from None
+            raise self.fail(f"connecting to {host}:{port} took longer than {CONNECT_SECONDS:g} s") from None
         except Exception as e:  # noqa: BLE001 - the driver's error, without the password
             raise self.fail(f"Database Connection Failed! {_driver_message(e, password)}") from None
 
@@ -307,16 +310,18 @@ class _MySQLSession(_Session):
         password: str,
         read_only: bool,
         wait: deadlines.Deadline,
+        statement_seconds: float,
     ):
         import pymysql
 
         self._pymysql = pymysql
         self._params = {"host": address, "port": port, "user": user, "password": password}
         self.secret = password
-        seconds = max(1, math.ceil(wait.remaining())) if wait.remaining() != math.inf else 30
+        # Socket timeouts only as a last resort: the deadline cancels a statement first.
+        seconds = math.ceil(statement_seconds + _BACKSTOP_SECONDS) + 5
         self.conn = pymysql.connect(
             database=database,
-            connect_timeout=min(seconds, 30),
+            connect_timeout=int(CONNECT_SECONDS),
             read_timeout=seconds,
             write_timeout=seconds,
             charset="utf8mb4",
@@ -387,10 +392,10 @@ class _PostgresSession(_Session):
         password: str,
         read_only: bool,
         wait: deadlines.Deadline,
+        statement_seconds: float,
     ):
         import psycopg
 
-        seconds = wait.remaining()
         self.secret = password
         self.wait = wait
         self.conn = psycopg.connect(
@@ -399,7 +404,7 @@ class _PostgresSession(_Session):
             dbname=database,
             user=user,
             password=password,
-            connect_timeout=max(2, min(int(seconds) if seconds != math.inf else 30, 30)),
+            connect_timeout=int(CONNECT_SECONDS),
             autocommit=False,
         )
         self.conn.read_only = read_only

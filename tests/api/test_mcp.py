@@ -105,8 +105,10 @@ def agent_dsl(mcp_id: str, tools) -> dict:
     }
 
 
+# The calls do not depend on the database: SQLite only (registration runs on every backend).
+@pytest.mark.parametrize("backend", ["sqlite"])
 @pytest.mark.parametrize("kind", ["streamable-http", "sse"])
-def test_an_agent_calls_mcp_tools_the_model_chooses(allowed, mcp_server, llm, kind):
+def test_an_agent_calls_mcp_tools_the_model_chooses(allowed, mcp_server, llm, kind, backend):
     api, other = allowed
     url = mcp_server.streamable_url if kind == "streamable-http" else mcp_server.sse_url
     saved = register(api, url, kind, name=f"calc-{kind}")
