@@ -186,6 +186,11 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, (OperationalError, InterfaceError))
 
 
+def retry_headers(status: int) -> dict[str, str]:
+    """``Retry-After`` for a 503 reply (the database was briefly out of reach), else nothing."""
+    return {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else {}
+
+
 def headers_for(exc: BaseException) -> dict[str, str]:
     """The headers of the reply to ``exc`` (``Retry-After`` for 429 and 503)."""
     if isinstance(exc, ApiError):

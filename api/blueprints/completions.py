@@ -21,7 +21,7 @@ from flask.typing import ResponseReturnValue
 from pydantic import Field
 
 from api.auth import require_api_token
-from api.errors import RETRY_AFTER_SECONDS, ArgumentError, envelope, turn_failure_status
+from api.errors import ArgumentError, envelope, retry_headers, turn_failure_status
 from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
 from api.openapi import Body, spec
 from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
@@ -108,8 +108,7 @@ def blocking_reply(turn: Turn) -> tuple[Response, int]:
         return ok(event), 200
     code, status = turn_failure_status(result.status, result.error_type)
     reply = jsonify(envelope(code, result.error or "the turn failed", event))
-    if status == 503:  # the database dropped while saving: retry after a moment
-        reply.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    reply.headers.update(retry_headers(status))
     return reply, status
 
 

@@ -33,7 +33,7 @@ from flask.typing import ResponseReturnValue
 from agent.errors import CanvasError
 from agent.llm.tokens import count_tokens
 from api.auth import require_api_token
-from api.errors import ApiError, ArgumentError, envelope, reply_for, turn_failure_status
+from api.errors import ApiError, ArgumentError, envelope, reply_for, retry_headers, turn_failure_status
 from api.http import field, flag, json_body, sse_response, tenant_id
 from api.openapi import Body, spec
 from api.services.turns import Turn, TurnRequest, TurnResult, turn_service
@@ -197,7 +197,7 @@ def _completion(turn: Turn, query: str, model: str) -> ResponseReturnValue:
     if result.status not in ("succeeded", "paused"):
         code, status = turn_failure_status(result.status, result.error_type)
         body = envelope(code, result.error or "the turn failed", result.final_event)
-        return jsonify(with_openai_error(body, status)), status
+        return jsonify(with_openai_error(body, status)), status, retry_headers(status)
     form = _form_of(result)
     content = _join(result.answer, form["tips"]) if form else result.answer
     reply = {
