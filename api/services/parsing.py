@@ -21,7 +21,10 @@ the chunks already stored and never stores one twice.
 
 Each server process runs :class:`ParseWorkers`: ``datasets.parse_threads`` threads
 (default 1) that take tasks one at a time, so a large upload never takes more than
-that from the process's turns. Cancel (``DELETE /datasets/<id>/chunks``) marks the
+that from the process's turns; a file over :data:`INLINE_PARSE_BYTES` is parsed in a
+child process (one pool per process, as many as the threads), so that reading a big
+PDF does not hold this process's interpreter while its turns run. Cancel
+(``DELETE /datasets/<id>/chunks``) marks the
 document ``CANCEL`` and removes its chunks in one transaction: from then on the
 document is what the user sees, whichever process was working on it.
 """
@@ -29,8 +32,12 @@ document is what the user sees, whichever process was working on it.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from peewee import PeeweeException, fn
@@ -50,6 +57,8 @@ log = logging.getLogger("agentcanvas.parsing")
 
 #: Chunks stored per transaction (and between looks at the cancel flag).
 BATCH = 64
+#: Files up to this size are parsed in the worker thread; larger ones in a child process.
+INLINE_PARSE_BYTES = 256 * 1024
 _CHUNK_COLUMNS = (
     "id",
     "dataset_id",
@@ -176,6 +185,7 @@ class ParseWorkers:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._pool: ProcessPoolExecutor | None = None
 
     def start(self) -> None:
         """Start the threads (idempotent); none when ``parse_threads`` is 0."""
@@ -198,6 +208,10 @@ class ParseWorkers:
         self._wake.set()
         for thread in self._threads:
             thread.join(timeout)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -267,7 +281,7 @@ class ParseWorkers:
         started = time.monotonic()
         config = datasets._json_field(doc.parser_config, {})
         try:
-            parsed = docparse.parse(datasets.document_bytes(doc.id), doc.name)
+            parsed = self._parse(datasets.document_bytes(doc.id), doc.name, stop)
         except docparse.ParseError as exc:
             self._fail(doc, owner, f"cannot parse {doc.name!r}: {exc}")
             return
@@ -309,6 +323,31 @@ class ParseWorkers:
             self._check(stop)
             self._store(doc, ds, owner, start, batch, vectors, (start + len(batch)) / len(texts))
         self._finish(doc.id, owner, time.monotonic() - started, len(texts))
+
+    def _parse(self, data: bytes, name: str, stop: threading.Event) -> docparse.ParsedDocument:
+        """Parse here when small; a larger file in a child process, so that this process's
+        turns keep the interpreter while a big PDF is read (and a cancel need not wait)."""
+        if len(data) <= INLINE_PARSE_BYTES:
+            return docparse.parse(data, name)
+        with self._lock:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(
+                    max_workers=max(1, self.limits.parse_threads),
+                    mp_context=multiprocessing.get_context("spawn"),
+                )
+            pool = self._pool
+        future = pool.submit(docparse.parse, data, name)
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except FutureTimeout:
+                if stop.is_set():
+                    future.cancel()
+                    raise TaskStopped() from None
+            except BrokenProcessPool:
+                with self._lock:
+                    self._pool = None
+                raise docparse.ParseError("the parser process ended unexpectedly (out of memory?)") from None
 
     def _check(self, stop: threading.Event) -> None:
         if stop.is_set():

@@ -261,3 +261,17 @@ def test_other_tenants_datasets_are_not_found(api, other):
         assert resp.status_code == 404 and resp.json["code"] == 102, (path, resp.json)
     assert other.get("/datasets").json["data"] == []
     assert api.get("/datasets").json["data"][0]["id"] == ds
+
+
+def test_a_large_file_is_parsed_in_a_child_process_to_the_same_chunks(api):
+    from agent.chunking import naive_chunks
+    from api.services.parsing import INLINE_PARSE_BYTES
+
+    text = "".join(f"paragraph {i} about the {i % 7}th topic\n" for i in range(INLINE_PARSE_BYTES // 30))
+    assert len(text.encode()) > INLINE_PARSE_BYTES
+    ds = create_dataset(api, parser_config={"chunk_token_num": 256})
+    doc = upload(api, ds, ("large.txt", text.encode())).json["data"][0]["id"]
+    api.post(f"/datasets/{ds}/chunks", json={"document_ids": [doc]})
+    docs = wait_parsed(api, ds, [doc], seconds=120)
+    assert docs[doc]["run"] == "DONE", docs[doc]["progress_msg"]
+    assert docs[doc]["chunk_count"] == len(naive_chunks([text], 256, "\n"))
