@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from agent.docparse import SUPPORTED_IMAGE_TYPES
 from agent.files import check_file, ref_id
+from agent.settings import data_home
 from api.db import FilePiece, UploadFile, db, write_transaction
 from api.errors import ArgumentError, NotFound, TooLarge
 
@@ -57,7 +58,8 @@ class FileSettings:
         limits = config.get("LIMITS") or {}
         out = cls(
             store=str(files.get("store") or "database"),
-            directory=str(files.get("directory") or ""),
+            # A relative directory is under AGENTCANVAS_HOME, like a relative SQLite path.
+            directory=str(data_home() / files["directory"]) if files.get("directory") else "",
             piece_bytes=int(files.get("piece_bytes") or cls.piece_bytes),
             max_files_per_request=int(files.get("max_files_per_request") or cls.max_files_per_request),
             max_file_bytes=int(limits.get("max_file_bytes") or cls.max_file_bytes),
