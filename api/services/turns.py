@@ -578,10 +578,14 @@ class TurnService:
             try:
                 with db.connection_context():
                     committed = self._commit(canvas, claim, req, result)
-            except LeaseLost as exc:
+            except (LeaseLost, ValueError) as exc:
+                # Raised inside the transaction, before it could commit (the lease was
+                # gone, or something of the turn cannot be stored): nothing was saved.
                 log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
                 message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
-                held = [_failure_event(canvas, message, "TurnNotSaved")]
+                # Not an outage (503): a value of the turn the database cannot hold is a 500.
+                kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
+                held = [_failure_event(canvas, message, kind)]
                 committed = _result_of(held, result.answer)
                 self._try_release(claim)
             except Exception as exc:  # noqa: BLE001 - the outcome is read back below
