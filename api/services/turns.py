@@ -49,7 +49,7 @@ from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.database import writer_in_line
 from api.db.prepared import Prepared
-from api.errors import ArgumentError, Busy, NotFound, TranscriptFull
+from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
 from api.services.agents import get_agent, runnable_version
@@ -578,23 +578,26 @@ class TurnService:
             try:
                 with db.connection_context():
                     committed = self._commit(canvas, claim, req, result)
-            except (LeaseLost, ValueError) as exc:
-                # Raised inside the transaction, before it could commit (the lease was
-                # gone, or something of the turn cannot be stored): nothing was saved.
-                log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
-                message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
-                # Not an outage (503): a value of the turn the database cannot hold is a 500.
-                kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
-                held = [_failure_event(canvas, message, kind)]
-                committed = _result_of(held, result.answer)
-                self._try_release(claim)
-            except Exception as exc:  # noqa: BLE001 - the outcome is read back below
-                log.warning(
-                    "saving the turn of session %s failed (%s); reading back its outcome",
-                    claim.session_id,
-                    exc,
-                )
-                committed = self._outcome_after_failed_commit(canvas, claim, result)
+            except Exception as exc:  # noqa: BLE001 - reported to the client below
+                if is_outage(exc):  # the connection dropped: the commit may have happened
+                    log.warning(
+                        "saving the turn of session %s failed (%s); reading back its outcome",
+                        claim.session_id,
+                        exc,
+                    )
+                    committed = self._outcome_after_failed_commit(canvas, claim, result)
+                else:
+                    # Raised inside the transaction, before it could commit (the lease was
+                    # gone, or something of the turn cannot be stored): nothing was saved.
+                    log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
+                    message = (
+                        f"the turn could not be saved ({exc}); the session is as it was before this turn"
+                    )
+                    # Not an outage (503): a value of the turn the database cannot hold is a 500.
+                    kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
+                    held = [_failure_event(canvas, message, kind)]
+                    committed = _result_of(held, result.answer)
+                    self._try_release(claim)
             if committed is not result and committed.final_event not in held:
                 held = [committed.final_event]
             result = committed
