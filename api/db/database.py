@@ -14,6 +14,7 @@ transaction). The server databases are created if missing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -145,30 +146,23 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         super()._close_raw(conn)
 
     def _file_writable(self) -> bool:
-        try:
-            with open(self.database, "r+b"):
-                return True
-        except FileNotFoundError:
-            return True  # SQLite makes it
-        except OSError:
-            return False
+        return _may_write(Path(self.database))
 
 
 def check_writable(database: Database) -> None:
     """Raise ``OperationalError`` if a SQLite database's file or folder cannot be written.
 
     Called at start, so that a server on a read-only file fails at once with a clear
-    message instead of looking healthy and failing every write. Tried for real (not
-    ``os.access``, which says yes to root whatever the file's flags or mount).
+    message instead of looking healthy and failing every write. The folder is tried
+    for real; the file is asked (see :func:`_may_write`).
     """
     if not isinstance(database, PooledSqliteDatabase):
         return
     path = Path(database.database)
     problem = None
     try:
-        if path.exists():
-            with open(path, "r+b"):
-                pass
+        if not _may_write(path):
+            raise PermissionError(errno.EACCES, "the file is read-only or immutable")
         probe = path.parent / f".{path.name}.{os.getpid()}.write-check"
         probe.touch()
         probe.unlink()
@@ -180,6 +174,17 @@ def check_writable(database: Database) -> None:
             f"be written ({problem.strerror or problem}); make it writable or point AGENTCANVAS_DATABASE_URL "
             f"elsewhere"
         )
+
+
+def _may_write(path: Path) -> bool:
+    """Whether this process may write the SQLite file at ``path`` (a missing one: yes).
+
+    Asked with ``access(2)``, which sees the immutable flag and a read-only mount even
+    for root, never by opening the file: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, SQLite's included, and other connections of
+    this process would then read stale snapshots (a revoked token still accepted).
+    """
+    return not path.exists() or os.access(path, os.W_OK)
 
 
 def is_sqlite(database: Database | DatabaseProxy) -> bool:
