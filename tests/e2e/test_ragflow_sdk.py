@@ -1,15 +1,56 @@
 """The ``ragflow-sdk`` client from PyPI, used as its users use it, against a real server.
 
-Every test runs with ragflow-sdk 0.22.1 and 0.27.x (the ``rag`` fixture of
-tests/e2e/conftest.py), on SQLite and MariaDB.
+Every test runs with ragflow-sdk 0.22.1 and 0.27.x, on SQLite and MariaDB. One server
+per (SDK, database) serves the whole module; each test is its own tenant (its own
+token, made while the server runs), so it sees only its own agents and sessions.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import pytest
 
-from tests.api.conftest import dsl_of, sample
-from tests.e2e.conftest import sdk_is_current
+from tests.api.conftest import dsl_of, sample, throwaway_database
+from tests.e2e.conftest import (
+    SDK_GENERATIONS,
+    Deployment,
+    ServerProcess,
+    ragflow_sdk,
+    sdk_is_current,
+    sdk_server_env,
+)
+
+
+@pytest.fixture(scope="module", params=SDK_GENERATIONS, ids=lambda g: f"sdk{g}")
+def sdk(request):
+    """This module's SDK generation (module-scoped: one server per generation)."""
+    return ragflow_sdk(request.param)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "mysql"])
+def shared_database(request, tmp_path_factory) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('sdk') / 'agentcanvas.db'}"
+        return
+    yield from throwaway_database(request.param, "agentcanvas_e2e")
+
+
+@pytest.fixture(scope="module")
+def shared(sdk, shared_database, tmp_path_factory) -> Iterator[tuple[Deployment, ServerProcess]]:
+    dep = Deployment(shared_database, tmp_path_factory.mktemp("sdk-server"))
+    try:
+        yield dep, dep.server(**sdk_server_env(sdk))
+    finally:
+        dep.close()
+
+
+@pytest.fixture
+def rag(sdk, shared):
+    """A client of this generation, as a tenant of its own, on the module's server."""
+    dep, server = shared
+    return sdk.RAGFlow(api_key=dep.token(f"sdk-{uuid.uuid4().hex[:8]}"), base_url=server.url)
 
 
 def by_title(rag, title: str) -> list:
