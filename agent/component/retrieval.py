@@ -43,7 +43,13 @@ from agent.refs import parse_ref, to_text
 DEFAULT_DESCRIPTION = "Search the knowledge bases (datasets) for passages relevant to the query."
 
 
-def _number(value: Any, name: str, low: float, high: float) -> float:
+def number_in_range(value: Any, name: str, low: float, high: float) -> float:
+    """``value`` (a number, or text of one) as a float within ``[low, high]``.
+
+    Raises:
+        ValueError: naming ``name`` and the range. Shared by the component's params and
+            the ``/retrieval`` route, which take the same thresholds and weights.
+    """
     if isinstance(value, str):
         try:
             value = float(value)
@@ -84,8 +90,8 @@ class RetrievalParam(ComponentParamBase):
             self.query = "{sys.query}"
         if not isinstance(self.query, str):
             raise ValueError(f"query must be text or a reference, got {self.query!r}")
-        self.similarity_threshold = _number(self.similarity_threshold, "similarity_threshold", 0, 1)
-        self.keywords_similarity_weight = _number(
+        self.similarity_threshold = number_in_range(self.similarity_threshold, "similarity_threshold", 0, 1)
+        self.keywords_similarity_weight = number_in_range(
             self.keywords_similarity_weight, "keywords_similarity_weight", 0, 1
         )
         for name, high in (("top_n", 1024), ("top_k", 100_000)):

@@ -22,6 +22,7 @@ import math
 import re
 from collections import Counter
 
+from agent.component.retrieval import number_in_range
 from agent.deadline import Deadline
 from agent.errors import LLMError
 from agent.llm.client import ChatClient
@@ -69,14 +70,10 @@ def _number(body: dict, name: str, default: float, low: float, high: float) -> f
     value = body.get(name, default)
     if value is None:
         return default
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ArgumentError(f"{name!r} must be a number from {low:g} to {high:g}, got {value!r}")
-    return float(value)
+    try:
+        return number_in_range(value, repr(name), low, high)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
 
 
 def _whole(body: dict, name: str, default: int, low: int, high: int) -> int:
