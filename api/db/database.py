@@ -339,11 +339,16 @@ def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
 
 
 def bind_database(database: Database) -> None:
-    """Point the models' handle at ``database`` (closing the previous pool)."""
+    """Point the models' handle at ``database``, closing the previous pool's idle connections.
+
+    A connection another thread is using (a parse worker or lease keeper of an earlier
+    app in this process) is left to that thread: closing it under a running query
+    crashed the C driver (a segfault seen in the test suite).
+    """
     previous = db.obj
     if previous is not None and previous is not database:
         with contextlib.suppress(Exception):
-            previous.close_all()
+            previous.close_idle()
     db.initialize(database)
 
 
