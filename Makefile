@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 
-.PHONY: run test lint install browser sandbox services bench bench-check clean
+.PHONY: run test lint install browser sandbox galera services bench bench-check clean
 
 $(BIN)/agentcanvas: setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ browser:
 sandbox:
 	@test -x /usr/bin/bwrap -a -x /usr/bin/node -a -x /usr/bin/prlimit || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap nodejs util-linux >/dev/null)
 
+# Debian's galera-4 and rsync: the three-node test cluster of .ci/galera (tests/galera.py).
+galera:
+	@bash .ci/galera install
+
 services:
 	@bash .ci/services
 
@@ -44,7 +48,7 @@ lint: install
 	$(BIN)/ruff format --check agent api tests bench
 
 # The whole suite: unit, API on SQLite and MariaDB, end-to-end, browser; then the speed check.
-test: install browser sandbox services lint
+test: install browser sandbox galera services lint
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests
 	$(MAKE) bench-check
 
