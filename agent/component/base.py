@@ -147,6 +147,11 @@ class ComponentBase:
         param_class: the ``...Param`` class.
         bare_ref_params: names of params holding a bare reference (no braces).
         is_form: the component may pause the run for user input.
+        side_effect_free: the component only reads the run's state and computes: no
+            network, database, file or process, nothing that waits. A server may run
+            such components before it takes the session's lease (a turn made only of
+            them commits once, see :mod:`api.services.turns`); it takes the lease
+            before the first component that is not.
 
     Instance state that survives a snapshot: ``outputs`` (what references read) and
     ``data`` (the component's own bookkeeping, e.g. a form's partial answers).
@@ -156,6 +161,7 @@ class ComponentBase:
     param_class: ClassVar[type[ComponentParamBase]] = ComponentParamBase
     bare_ref_params: ClassVar[tuple[str, ...]] = ()
     is_form: ClassVar[bool] = False
+    side_effect_free: ClassVar[bool] = False
     #: The ``node_finished`` event waits until the component calls
     #: ``canvas.component_finished`` (a container whose body runs after it).
     finishes_later: ClassVar[bool] = False

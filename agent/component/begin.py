@@ -35,6 +35,7 @@ class BeginParam(ComponentParamBase):
 @register
 class Begin(FormComponent):
     component_name = "Begin"
+    side_effect_free = True
     param_class = BeginParam
 
     def start_form(self) -> None:

@@ -171,6 +171,7 @@ class DataOperationsParam(ComponentParamBase):
 @register
 class DataOperations(ComponentBase):
     component_name = "DataOperations"
+    side_effect_free = True
     param_class = DataOperationsParam
 
     def references(self) -> list[Ref]:

@@ -19,6 +19,7 @@ from agent.errors import DSLError
 @register
 class ExitLoop(ComponentBase):
     component_name = "ExitLoop"
+    side_effect_free = True
     param_class = ComponentParamBase
 
     def enclosing_loop(self) -> Loop | None:

@@ -76,6 +76,8 @@ class ContainerComponent(ComponentBase):
     """
 
     start_type: ClassVar[str] = ""
+    # Only the body's components may have effects: each is looked at on its own.
+    side_effect_free = True
     # Its node_finished, with the collected outputs, goes out when the body is done.
     finishes_later = True
 

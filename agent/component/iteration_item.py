@@ -22,6 +22,7 @@ from agent.errors import DSLError
 @register
 class IterationItem(ComponentBase):
     component_name = "IterationItem"
+    side_effect_free = True
     param_class = ComponentParamBase
 
     def iteration(self) -> Iteration:

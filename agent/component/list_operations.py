@@ -106,6 +106,7 @@ class ListOperationsParam(ComponentParamBase):
 @register
 class ListOperations(ComponentBase):
     component_name = "ListOperations"
+    side_effect_free = True
     param_class = ListOperationsParam
     bare_ref_params = ("query",)
 

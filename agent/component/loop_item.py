@@ -21,6 +21,7 @@ from agent.errors import DSLError
 @register
 class LoopItem(ComponentBase):
     component_name = "LoopItem"
+    side_effect_free = True
     param_class = ComponentParamBase
 
     def loop(self) -> Loop:

@@ -43,6 +43,7 @@ class MessageParam(ComponentParamBase):
 @register
 class Message(ComponentBase):
     component_name = "Message"
+    side_effect_free = True
     param_class = MessageParam
 
     def _invoke(self, **kwargs) -> Iterator[str] | None:

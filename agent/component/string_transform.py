@@ -51,6 +51,7 @@ class StringTransformParam(ComponentParamBase):
 @register
 class StringTransform(ComponentBase):
     component_name = "StringTransform"
+    side_effect_free = True
     param_class = StringTransformParam
     bare_ref_params = ("split_ref",)
 

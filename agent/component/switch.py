@@ -95,6 +95,7 @@ class Switch(ComponentBase):
     """
 
     component_name = "Switch"
+    side_effect_free = True
     param_class = SwitchParam
 
     def references(self) -> list[Ref]:

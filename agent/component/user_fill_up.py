@@ -29,6 +29,7 @@ class UserFillUpParam(ComponentParamBase):
 @register
 class UserFillUp(FormComponent):
     component_name = "UserFillUp"
+    side_effect_free = True
     param_class = UserFillUpParam
 
     def _invoke(self, **kwargs) -> None:

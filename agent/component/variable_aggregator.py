@@ -60,6 +60,7 @@ class VariableAggregatorParam(ComponentParamBase):
 @register
 class VariableAggregator(ComponentBase):
     component_name = "VariableAggregator"
+    side_effect_free = True
     param_class = VariableAggregatorParam
 
     def references(self) -> list[Ref]:

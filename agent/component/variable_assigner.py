@@ -208,6 +208,7 @@ def _maybe_ref(parameter: Any) -> bool:
 @register
 class VariableAssigner(ComponentBase):
     component_name = "VariableAssigner"
+    side_effect_free = True
     param_class = VariableAssignerParam
 
     def references(self) -> list[Ref]:
