@@ -16,6 +16,7 @@ from peewee import InterfaceError, OperationalError, PeeweeException
 from werkzeug.exceptions import HTTPException
 
 from agent import errors as agent_errors
+from api.db.cluster import write_conflict
 from api.telemetry import metrics
 
 log = logging.getLogger("agentcanvas.api")
@@ -34,6 +35,10 @@ NOT_FOUND = 404  # current RAGFlow's code for a route that does not exist
 
 #: What a client is told to wait before retrying after a database outage.
 RETRY_AFTER_SECONDS = 2
+WRITE_CONFLICT_MESSAGE = (
+    "a concurrent request changed the same data first and this one was rolled back, nothing of it "
+    "was saved; send it again"
+)
 UNAVAILABLE_MESSAGE = (
     "the service is briefly unavailable (its database cannot be reached); retry in a few seconds"
 )
@@ -169,6 +174,10 @@ def reply_for(exc: BaseException) -> tuple[dict, int]:
         return envelope(code, str(exc)), status
     if isinstance(exc, HTTPException):
         return _http_reply(exc)
+    if isinstance(exc, PeeweeException) and write_conflict(exc):
+        # A deadlock or a Galera certification failure that outlived the retries.
+        log.warning("write conflict: %s", exc)
+        return envelope(RUNNING, WRITE_CONFLICT_MESSAGE), 409
     if is_outage(exc):
         log.warning("database unavailable: %s", exc)
         return envelope(EXCEPTION_ERROR, UNAVAILABLE_MESSAGE), 503
@@ -182,8 +191,12 @@ def reply_for(exc: BaseException) -> tuple[dict, int]:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database cannot be reached or used for now (a 503)."""
-    return isinstance(exc, (OperationalError, InterfaceError))
+    """Whether ``exc`` says the database cannot be reached or used for now (a 503).
+
+    Not a write conflict (:func:`api.db.cluster.write_conflict`): that is a 409, the
+    request lost a race and is to be sent again.
+    """
+    return isinstance(exc, (OperationalError, InterfaceError)) and not write_conflict(exc)
 
 
 def retry_headers(status: int) -> dict[str, str]:
@@ -192,11 +205,14 @@ def retry_headers(status: int) -> dict[str, str]:
 
 
 def headers_for(exc: BaseException) -> dict[str, str]:
-    """The headers of the reply to ``exc`` (``Retry-After`` for 429 and 503)."""
+    """The headers of the reply to ``exc`` (``Retry-After`` for 429 and 503, and 1 s for
+    a write conflict's 409)."""
     if isinstance(exc, ApiError):
         return dict(getattr(exc, "headers", None) or {})
     if is_outage(exc):
         return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if isinstance(exc, PeeweeException) and write_conflict(exc):
+        return {"Retry-After": "1"}
     return {}
 
 

@@ -17,8 +17,10 @@ import contextlib
 import errno
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
 from peewee import (
@@ -30,11 +32,14 @@ from peewee import (
     OperationalError,
     PostgresqlDatabase,
 )
-from playhouse.db_url import parse as parse_db_url
 from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
 from playhouse.shortcuts import ReconnectMixin
 
 from agent.settings import data_home
+from api.db import cluster
+from api.db.urls import ServerUrl, parse_server_url, typed_option
+
+T = TypeVar("T")
 
 #: The handle every model is bound to; :func:`bind_database` points it at a real one.
 db = DatabaseProxy()
@@ -50,6 +55,12 @@ class _SafeReconnectMixin:
     again is not safe. Here a write's error reaches the caller, and the thread gets a
     fresh connection for its next statement either way. Inside a transaction nothing
     is reconnected: the transaction is lost and the caller must know.
+
+    With several hosts (:mod:`api.db.cluster`), the host of a connection that dropped or
+    whose node is not ready cools down, and the fresh connection goes to another one. A
+    statement the node refused before running it (Galera's 1047) is run again there,
+    a write too; so is a single statement rolled back by a write conflict (1213, a
+    Galera certification failure), up to :data:`~api.db.cluster.CONFLICT_RETRIES` times.
     """
 
     # (error class, fragment of its message): the connection is gone.
@@ -61,29 +72,49 @@ class _SafeReconnectMixin:
     )
 
     def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
-        try:
-            return super().execute_sql(sql, params)
-        except (OperationalError, InterfaceError) as exc:
-            if self.in_transaction() or not self._connection_lost(exc):
-                raise
-            self._reopen()
-            verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-            if verb not in _READ_VERBS:
-                raise
-            return super().execute_sql(sql, params)
+        conflicts = 0
+        moves = len(self.host_list.hosts)
+        while True:
+            try:
+                return super().execute_sql(sql, params)
+            except (OperationalError, InterfaceError) as exc:
+                if self.in_transaction():
+                    self._note_failure(exc)
+                    raise
+                if cluster.write_conflict(exc) and conflicts < cluster.CONFLICT_RETRIES:
+                    conflicts += 1  # rolled back whole: run it again after a short pause
+                    cluster.pause_before_retry(conflicts)
+                    continue
+                refused = cluster.refused_before_running(exc)
+                if not (refused or self._connection_lost(exc) or cluster.node_unusable(exc)):
+                    raise
+                self._note_failure(exc)
+                self._reopen()
+                verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+                if not (refused or verb in _READ_VERBS) or moves <= 0:
+                    raise
+                moves -= 1
 
     def begin(self, *args, **kwargs):  # noqa: ANN002, ANN003 - peewee's signature
         try:
             return super().begin(*args, **kwargs)
         except (OperationalError, InterfaceError) as exc:
-            if not self._connection_lost(exc):
+            if not (self._connection_lost(exc) or cluster.node_unusable(exc)):
                 raise
+            self._note_failure(exc)
             self._reopen()  # nothing was sent yet: starting again is safe
             return super().begin(*args, **kwargs)
 
     def _connection_lost(self, exc: Exception) -> bool:
         text = str(exc).lower()
         return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
+
+    def _note_failure(self, exc: Exception) -> None:
+        """Let this thread's host cool down when ``exc`` says it is gone or not ready."""
+        if self._connection_lost(exc) or cluster.node_unusable(exc):
+            conn = self._state.conn
+            if conn is not None and id(conn) in self._conn_hosts:
+                self.host_list.mark_down(self._conn_hosts[id(conn)][0])
 
     def _reopen(self) -> None:
         # close()/connect() reset the thread's state, including the stack that
@@ -97,13 +128,114 @@ class _SafeReconnectMixin:
         finally:
             self._state.ctx = ctx
 
+    def _connect(self):  # noqa: ANN202 - peewee's signature
+        # The pool hands out its idle connections first: pass over those on a host that
+        # cools down, and those on a later host once an earlier one may be back.
+        while True:
+            conn = super()._connect()
+            if self._may_keep(conn):
+                return conn
+            self._close(conn, close_conn=True)
 
-class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase):
-    """Pooled MySQL/MariaDB through pymysql, reconnecting dropped connections."""
+    def _may_keep(self, conn) -> bool:  # noqa: ANN001 - a driver connection
+        hosts = self.host_list
+        if len(hosts.hosts) < 2 or id(conn) not in self._conn_hosts:
+            return True
+        index, since = self._conn_hosts[id(conn)]
+        if hosts.is_down(index):
+            return False
+        return not (index > 0 and time.monotonic() - since >= hosts.cool_down and hosts.better_than(index))
+
+    def _close_raw(self, conn) -> None:  # noqa: ANN001 - peewee's signature
+        self._conn_hosts.pop(id(conn), None)
+        super()._close_raw(conn)
 
 
-class ReconnectingPooledPostgresqlDatabase(_SafeReconnectMixin, PooledPostgresqlDatabase):
-    """Pooled PostgreSQL through psycopg 3, reconnecting dropped connections."""
+class _HostTracking:
+    """Which host each driver connection went to, for :class:`_SafeReconnectMixin`."""
+
+    def __init__(self, database, hosts=(), cool_down=None, **kwargs):  # noqa: ANN001, ANN003 - peewee's
+        self.host_list = cluster.HostList(
+            tuple(hosts), cluster.HOST_COOL_DOWN_SECONDS if cool_down is None else cool_down
+        )
+        #: id of a driver connection -> (its host's index, when it was made)
+        self._conn_hosts: dict[int, tuple[int, float]] = {}
+        super().__init__(database, **kwargs)
+
+    def _track(self, conn, index: int) -> None:  # noqa: ANN001 - a driver connection
+        self.host_list.mark_up(index)
+        self._conn_hosts[id(conn)] = (index, time.monotonic())
+
+
+class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
+    """MySQL on the first usable of several hosts (:class:`~api.db.cluster.HostList`).
+
+    A new connection tries the hosts in the list's order; a host that refuses the
+    connection, drops it, or is a Galera node that is not ready cools down and the next
+    one is tried. A connection to a Galera node reads its own writes across the
+    cluster (:func:`~api.db.cluster.prepare_mysql_connection`). If no host answers, the
+    error names each host with its reason (one host: the driver's error as it is).
+    """
+
+    #: whether the last connection made went to a Galera node
+    galera = False
+
+    def _connect(self):  # noqa: ANN202 - peewee's signature
+        import pymysql
+
+        hosts = self.host_list
+        failures: list[tuple[str, Exception]] = []
+        for index in hosts.candidates():
+            host, port = hosts.hosts[index]
+            where = hosts.where(index)
+            conn = None
+            try:
+                conn = pymysql.connect(
+                    database=self.database, autocommit=True, host=host, port=port, **self.connect_params
+                )
+                self.galera = cluster.prepare_mysql_connection(conn, where)
+            except pymysql.MySQLError as exc:
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                if not cluster.node_unusable(exc):
+                    raise
+                hosts.mark_down(index)
+                failures.append((where, exc))
+                continue
+            self._track(conn, index)
+            return conn
+        if len(failures) == 1:
+            raise failures[0][1]
+        code = cluster.mysql_code(failures[-1][1]) or 2003
+        reasons = "; ".join(f"{where}: {exc.args[-1] if exc.args else exc}" for where, exc in failures)
+        raise pymysql.err.OperationalError(code, f"no database host is usable ({reasons})")
+
+
+class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, _HostsMySQLDatabase):
+    """Pooled MySQL/MariaDB through pymysql on one of several hosts, reconnecting dropped connections."""
+
+
+class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
+    """Postgres on one of several hosts: libpq tries them in order (``host=h1,h2``,
+    ``port=p1,p2``, with ``target_session_attrs`` and the URL's other options as given);
+    the host it chose is noted, and those before it cool down."""
+
+    def _connect(self):  # noqa: ANN202 - peewee's signature
+        conn = super()._connect()
+        info = conn.info
+        hosts = self.host_list.hosts
+        index = next((i for i, (h, p) in enumerate(hosts) if h == info.host and p == info.port), 0)
+        for earlier in range(index):
+            self.host_list.mark_down(earlier)
+        self._track(conn, index)
+        return conn
+
+
+class ReconnectingPooledPostgresqlDatabase(
+    _SafeReconnectMixin, PooledPostgresqlDatabase, _HostsPostgresqlDatabase
+):
+    """Pooled PostgreSQL through psycopg 3 on one of several hosts, reconnecting dropped connections."""
 
     # The models' LONGTEXT and LONGBLOB (for MySQL) are TEXT and BYTEA here: both unbounded.
     field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT", "LONGBLOB": "BYTEA"}
@@ -225,7 +357,7 @@ def open_database(url: str, max_connections: int = 32) -> Database:
             f"database URL {url!r} is not a URL; use sqlite:///agentcanvas.db, "
             f"mysql://user:password@host:3306/dbname or postgresql://user:password@host:5432/dbname"
         )
-    scheme = urlparse(url).scheme.lower()
+    scheme = url.split("://", 1)[0].lower()
     if scheme in ("sqlite", "sqlite+pool"):
         return WalSqliteDatabase(
             _sqlite_path(url),
@@ -241,12 +373,9 @@ def open_database(url: str, max_connections: int = 32) -> Database:
             },
         )
     if scheme in ("mysql", "mysql+pool", "mariadb", "mysql+pymysql"):
-        kwargs = parse_db_url(url, unquote_password=True, unquote_user=True)
-        if "passwd" in kwargs:
-            kwargs["password"] = kwargs.pop("passwd")
-        name = kwargs.pop("database", "")
-        if not name:
-            raise ValueError(f"database URL {url!r} names no database; add it: mysql://host:3306/agentcanvas")
+        parsed = parse_server_url(url, 3306, "mysql://user:password@host:3306/agentcanvas")
+        kwargs = _credentials(parsed)
+        kwargs.update((key, typed_option(value)) for key, value in parsed.options.items())
         kwargs.setdefault("charset", "utf8mb4")
         kwargs.setdefault("connect_timeout", 10)
         # Report rows *matched* by an UPDATE, as SQLite does, not rows changed: a
@@ -255,18 +384,24 @@ def open_database(url: str, max_connections: int = 32) -> Database:
 
         kwargs["client_flag"] = int(kwargs.get("client_flag") or 0) | CLIENT.FOUND_ROWS
         return ReconnectingPooledMySQLDatabase(
-            name, max_connections=max_connections, stale_timeout=300, timeout=30, **kwargs
+            parsed.database,
+            hosts=parsed.hosts,
+            max_connections=max_connections,
+            stale_timeout=300,
+            timeout=30,
+            **kwargs,
         )
     if scheme in ("postgresql", "postgres", "postgresql+pool", "postgres+pool", "postgresql+psycopg"):
-        kwargs = parse_db_url(url, unquote_password=True, unquote_user=True)
-        name = kwargs.pop("database", "")
-        if not name:
-            raise ValueError(
-                f"database URL {url!r} names no database; add it: postgresql://host:5432/agentcanvas"
-            )
+        parsed = parse_server_url(url, 5432, "postgresql://user:password@host:5432/agentcanvas")
+        kwargs = _credentials(parsed)
+        # libpq's own multi-host form: host=h1,h2 port=p1,p2; it tries them in order.
+        kwargs["host"] = ",".join(host for host, _ in parsed.hosts)
+        kwargs["port"] = ",".join(str(port) for _, port in parsed.hosts)
+        kwargs.update(parsed.options)  # target_session_attrs, sslmode...: libpq reads them as text
         kwargs.setdefault("connect_timeout", 10)
         return ReconnectingPooledPostgresqlDatabase(
-            name,
+            parsed.database,
+            hosts=parsed.hosts,
             max_connections=max_connections,
             stale_timeout=300,
             timeout=30,
@@ -277,6 +412,15 @@ def open_database(url: str, max_connections: int = 32) -> Database:
         f"database URL {url!r} has unsupported scheme {scheme!r}; "
         f"use sqlite:///path, mysql://host/db or postgresql://host/db"
     )
+
+
+def _credentials(parsed: ServerUrl) -> dict:
+    kwargs: dict = {}
+    if parsed.user:
+        kwargs["user"] = parsed.user
+    if parsed.password:
+        kwargs["password"] = parsed.password
+    return kwargs
 
 
 def ensure_server_database(database: Database) -> None:
@@ -291,17 +435,17 @@ def ensure_server_database(database: Database) -> None:
     if not isinstance(database, PooledMySQLDatabase):
         return
     params = dict(database.connect_params)
+    hosts = database.host_list
     # information_schema exists on every MySQL-compatible server: a place to stand
     # while creating the real database.
-    admin = MySQLDatabase("information_schema", **params)
+    admin = _HostsMySQLDatabase("information_schema", hosts=hosts.hosts, **params)
     quoted = "`" + database.database.replace("`", "``") + "`"
     try:
         admin.connect()
         admin.execute_sql(f"CREATE DATABASE IF NOT EXISTS {quoted} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
     except (OperationalError, InterfaceError) as exc:
-        host = f"{params.get('host', 'localhost')}:{params.get('port', 3306)}"
         raise OperationalError(
-            f"cannot use MySQL database {database.database!r} at {host} as {params.get('user')!r}: {exc}; "
+            f"cannot use MySQL database {database.database!r} at {_where(hosts)} as {params.get('user')!r}: {exc}; "
             f"check AGENTCANVAS_DATABASE_URL and that the server is running"
         ) from None
     finally:
@@ -313,7 +457,9 @@ def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
     params.pop("prefer_psycopg3", None)
     # The maintenance database "postgres" exists on every server (CockroachDB and
     # YugabyteDB have it too): a place to stand while creating the real one.
-    admin = PostgresqlDatabase("postgres", prefer_psycopg3=True, **params)
+    admin = _HostsPostgresqlDatabase(
+        "postgres", hosts=database.host_list.hosts, prefer_psycopg3=True, **params
+    )
     quoted = '"' + database.database.replace('"', '""') + '"'
     try:
         admin.connect()
@@ -329,13 +475,16 @@ def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
                 if again.fetchone() is None:
                     raise
     except (OperationalError, InterfaceError) as exc:
-        host = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}"
         raise OperationalError(
-            f"cannot use Postgres database {database.database!r} at {host} as {params.get('user')!r}: {exc}; "
+            f"cannot use Postgres database {database.database!r} at {_where(database.host_list)} as {params.get('user')!r}: {exc}; "
             f"check AGENTCANVAS_DATABASE_URL and that the server is running"
         ) from None
     finally:
         admin.close()
+
+
+def _where(hosts: cluster.HostList) -> str:
+    return ", ".join(hosts.where(i) for i in range(len(hosts.hosts)))
 
 
 def bind_database(database: Database) -> None:
@@ -375,6 +524,31 @@ def write_transaction() -> Iterator[None]:
     else:
         with db.atomic():
             yield
+
+
+def run_retrying(work: Callable[[], T]) -> T:
+    """Run ``work`` (one or more whole transactions) on a connection of this thread; run
+    it again, whole, when the database says it rolled it back.
+
+    That is a write conflict (a deadlock, a Galera certification failure: 1213;
+    Postgres 40001/40P01), or a node that refused a statement before running it
+    (Galera's 1047: the next attempt goes to another host), up to
+    :data:`~api.db.cluster.CONFLICT_RETRIES` more times, after a short random pause.
+    Any other error, a lost connection included (a ``COMMIT`` may have been applied),
+    goes to the caller. ``work`` must be safe to run again: it writes nothing
+    outside the database before its transaction commits.
+    """
+    attempt = 0
+    while True:
+        try:
+            with db.connection_context():
+                return work()
+        except (OperationalError, InterfaceError) as exc:
+            rolled_back = cluster.write_conflict(exc) or cluster.refused_before_running(exc)
+            if not rolled_back or attempt >= cluster.CONFLICT_RETRIES:
+                raise
+            attempt += 1
+            cluster.pause_before_retry(attempt)
 
 
 def insert_rows(table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:

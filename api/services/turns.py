@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import logging
 import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -47,7 +48,8 @@ from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
-from api.db.database import writer_in_line
+from api.db.cluster import write_conflict
+from api.db.database import run_retrying, writer_in_line
 from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
@@ -509,7 +511,9 @@ class TurnService:
                     version=row.version,
                     now=now,
                 )
-        except PeeweeException:
+        except PeeweeException as exc:
+            if write_conflict(exc):
+                raise _busy(row.id) from None  # lost the race (rolled back): nothing to give back
             # The UPDATE may have been applied before the connection dropped: give the
             # lease back as soon as the database answers, or the session stays busy.
             orphan = _Claim(
@@ -575,9 +579,9 @@ class TurnService:
             finally:
                 self.keeper.untrack(claim.owner)
             result = _result_of(held, "".join(parts))
+            save = functools.partial(self._commit, canvas, claim, req, result)
             try:
-                with db.connection_context():
-                    committed = self._commit(canvas, claim, req, result)
+                committed = run_retrying(save)  # again, whole, after a conflict (1213, 1047)
             except Exception as exc:  # noqa: BLE001 - reported to the client below
                 if is_outage(exc):  # the connection dropped: the commit may have happened
                     log.warning(
@@ -585,7 +589,7 @@ class TurnService:
                         claim.session_id,
                         exc,
                     )
-                    committed = self._outcome_after_failed_commit(canvas, claim, result)
+                    committed = self._outcome_after_failed_commit(canvas, claim, result, save)
                 else:
                     # Raised inside the transaction, before it could commit (the lease was
                     # gone, or something of the turn cannot be stored): nothing was saved.
@@ -620,20 +624,29 @@ class TurnService:
             )
             self.keeper.release_later(claim.owner, lambda: self._release(claim))
 
-    def _outcome_after_failed_commit(self, canvas: Canvas, claim: _Claim, result: TurnResult) -> TurnResult:
+    def _outcome_after_failed_commit(
+        self, canvas: Canvas, claim: _Claim, result: TurnResult, save: Callable[[], TurnResult]
+    ) -> TurnResult:
         """What to answer when the commit raised: was the turn saved? (docs/design.md §11).
 
         The connection may have dropped after the database committed, so the session
         is read back — waiting up to :data:`OUTCOME_WAIT_SECONDS` for the database to
-        answer — and the client told the truth: the turn as committed, "not saved"
-        (the lease is released at once), or, only if the database stays out of reach,
-        "outcome unknown" with the ``message_id`` to look for (the lease is released
-        in the background as soon as the database is back).
+        answer (another host, when the URL names several). Not saved: the commit is
+        run once more (``save``; it applies only where the version and this turn's
+        lease still match, so it cannot apply twice), and only if that fails too is
+        the client told "not saved" (the lease is released at once). Only if the
+        database stays out of reach: "outcome unknown" with the ``message_id`` to look
+        for (the lease is released in the background as soon as the database is back).
         """
         message_id = result.final_event.get("message_id") or (canvas.turn or {}).get("message_id", "")
         saved = self._read_back(claim, message_id, result.status in ("succeeded", "paused"))
         if saved:
             return result
+        if saved is False:
+            try:
+                return run_retrying(save)
+            except Exception as exc:  # noqa: BLE001 - answered "not saved" below
+                log.warning("saving the turn of session %s again failed too: %s", claim.session_id, exc)
         if saved is None:
             self.keeper.release_later(claim.owner, lambda: self._release(claim))
             message = (

@@ -38,11 +38,60 @@ def test_schema_setup_is_idempotent(database_url):
         ("agentcanvas.db", "is not a URL"),
         ("sqlite://", "names no file"),
         ("mysql://127.0.0.1:3306/", "names no database"),
+        (
+            "mysql://root:secret@h1:3306,,h3/db",
+            "'mysql://root:\\*\\*\\*@h1:3306,,h3/db' has an empty entry in its host list",
+        ),
+        ("mysql://root@h1:3306,h2:33x6/db", "port '33x6' of host 'h2' is not a number from 1 to 65535"),
+        ("mysql://root@h1:3306,h2:70000/db", "port '70000' of host 'h2'"),
+        ("mysql://root@h1:3306,h2:/db", "host 'h2:' has an empty port"),
+        ("postgresql://u@h1:5432,h2:5432/", "names no database"),
+        ("postgresql://u@[::1:5432,h2/db", "cannot be read"),
+        ("postgresql://u@h1,h2/db?sslmode=disable&sslmode=require", "gives option 'sslmode' twice"),
     ],
 )
 def test_bad_urls_are_explained(url: str, needle: str):
-    with pytest.raises(ValueError, match=needle):
+    with pytest.raises(ValueError, match=needle) as caught:
         open_database(url)
+    assert "secret" not in str(caught.value)
+
+
+# A port nothing listens on (connections are refused at once), and how to ask which port a
+# connection reached.
+_CLOSED_PORT = 1
+_WHICH_PORT = {"mysql": "SELECT @@port", "postgres": "SELECT inet_server_port()"}
+
+
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_a_url_with_several_hosts_uses_the_first_that_answers(server, request):
+    url = request.getfixturevalue(f"{server}_url")
+    real_port = 3306 if server == "mysql" else 5432
+    hosts = f"127.0.0.1:{_CLOSED_PORT},127.0.0.1:{real_port}"
+    multi = url.replace(f"127.0.0.1:{real_port}", hosts)
+    if server == "postgres":  # libpq's options pass through
+        multi += "?target_session_attrs=read-write&application_name=agentcanvas-multi"
+    init_database(multi)
+    try:
+        with db.connection_context():
+            assert db.execute_sql(_WHICH_PORT[server]).fetchone()[0] == real_port
+            Tenant.create(name="on the second host")
+            assert Tenant.select().where(Tenant.name == "on the second host").exists()
+            if server == "postgres":
+                assert db.execute_sql("SHOW application_name").fetchone()[0] == "agentcanvas-multi"
+            Tenant.delete().execute()
+    finally:
+        db.obj.close_all()
+
+
+@pytest.mark.parametrize(
+    "url", ["mysql://root@127.0.0.1:1,127.0.0.1:2/ac", "postgresql://postgres@127.0.0.1:1,127.0.0.1:2/ac"]
+)
+def test_no_host_answering_names_every_host(url: str):
+    with pytest.raises(OperationalError) as caught:
+        init_database(url)
+    message = str(caught.value)
+    assert "127.0.0.1:1, 127.0.0.1:2" in message
+    assert "port 2" in message or "127.0.0.1:2:" in message  # the last host's own reason
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,204 @@
+"""Running on a database of several nodes: which node to use, and what its errors mean.
+
+**Several hosts.** A MySQL URL may name several hosts
+(``mysql://u@h1:3306,h2:3306,h3:3306/db``, see :mod:`api.db.urls`). Each process keeps a
+:class:`HostList`: a new connection goes to the first host in the URL's order that is
+not cooling down; a host whose connection failed, dropped, or that answered "not ready"
+cools down for :data:`HOST_COOL_DOWN_SECONDS` and is tried again only after that (or
+when no other host answers). A pooled connection on a later host is dropped at
+check-out once an earlier host's cool-down has ended, so a worker comes back to its
+first host within a cool-down of that host's return (one connection attempt per
+cool-down while it is still down). Postgres URLs with several hosts are libpq's own
+syntax and libpq picks the host (``target_session_attrs`` passes through); the pool
+comes back to the first host the same way.
+
+**Galera.** When a MySQL server says ``wsrep_on=ON``, every new connection first checks
+``wsrep_ready`` (a node that is joining, donating or cut off from the primary component
+says ``OFF`` and is treated like a host that is down), then sets
+``wsrep_sync_wait`` to :data:`WSREP_SYNC_WAIT`.
+
+**Errors.** :func:`write_conflict` (MySQL 1213: an InnoDB deadlock or a Galera
+certification failure; Postgres 40001/40P01): the statement or transaction was rolled
+back whole, so running it again is safe. :func:`node_unusable`: the connection is gone
+(2003, 2006, 2013, 2055, a closed socket) or the node refuses work (1047 "WSREP has not
+yet prepared node for application use", 1180 at ``COMMIT`` "Not connected to Primary
+Component"): use another host.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+#: What every connection to a Galera node sets ``wsrep_sync_wait`` to.
+#:
+#: ``3`` = 1 (``SELECT``, ``SHOW``, ``BEGIN``) + 2 (``UPDATE``, ``DELETE``): before such a
+#: statement runs, the node applies every write the cluster committed before it began.
+#: Reads see what any node acknowledged (a client that got a 200 through one server and
+#: reads through another sees its turn). Our coordination is conditional ``UPDATE``\\ s —
+#: the lease claim, its renewal and release, the cancel flag, the end-of-turn save — that
+#: decide on the row they find; one evaluated against a row the node has not caught up
+#: with matches nothing and reads as "busy" or "lease lost" although it is free. ``1``
+#: alone covers them only where a ``SELECT`` on the same node came first (the turn
+#: path), not the lease keeper's renewals or a cancel. ``INSERT`` (4) is left out: a
+#: duplicate key still fails at certification, and inserting needs no current view.
+#: The cost is one cluster round trip per such statement (measured in bench/galera.py).
+WSREP_SYNC_WAIT = 3
+
+#: Seconds a host that failed is passed over before it is tried again.
+HOST_COOL_DOWN_SECONDS = 5.0
+
+#: How many times a single statement outside a transaction is run again after a write
+#: conflict (1213) before the error goes to the caller.
+CONFLICT_RETRIES = 3
+
+# MySQL client errors: the connection is gone or could not be made.
+_CONNECTION_CODES = frozenset({2003, 2006, 2013, 2055})
+# The node is up but refuses work (Galera: not in the primary component, not synced).
+_NOT_READY_CODES = frozenset({1047})
+_CONFLICT_CODES = frozenset({1213})
+_CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+class NodeNotReady(Exception):
+    """A Galera node that answers but is not ready for work (``wsrep_ready=OFF``).
+
+    Raised (with MySQL's 1047 as its code, like the server's own refusal) while
+    connecting, so that the host is passed over like one that is down.
+    """
+
+    def __init__(self, where: str):
+        super().__init__(1047, f"the Galera node at {where} is not ready (wsrep_ready=OFF)")
+
+
+def mysql_code(exc: BaseException) -> int | None:
+    """The MySQL error number of ``exc`` (a driver error or peewee's wrapping of one)."""
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", exc), "sqlstate", None)
+
+
+def write_conflict(exc: BaseException) -> bool:
+    """Whether the database rolled ``exc``'s statement or transaction back because it
+    conflicted with a concurrent one (safe to run again, or answer "busy")."""
+    return mysql_code(exc) in _CONFLICT_CODES or _sqlstate(exc) in _CONFLICT_SQLSTATES
+
+
+def node_not_ready(exc: BaseException) -> bool:
+    """Whether the node refused the statement because it is not ready (Galera 1047, or
+    1180 when ``COMMIT`` found it cut off from the primary component)."""
+    code = mysql_code(exc)
+    if code in _NOT_READY_CODES:
+        return True
+    return code == 1180 and "primary component" in str(exc).lower()
+
+
+def refused_before_running(exc: BaseException) -> bool:
+    """Whether the node refused the statement without running any of it (Galera 1047):
+    running it on another node is safe, a write too."""
+    return mysql_code(exc) in _NOT_READY_CODES
+
+
+def pause_before_retry(attempt: int) -> None:
+    """Sleep a few random milliseconds, more with each ``attempt`` (1, 2, ...), so that
+    two writers that just conflicted do not meet again at once."""
+    time.sleep(random.uniform(0.001, 0.01) * attempt)
+
+
+def connection_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection could not be made or was lost (MySQL)."""
+    if mysql_code(exc) in _CONNECTION_CODES:
+        return True
+    # pymysql on a socket the server closed: InterfaceError(0, '') or "(0, '')".
+    args = getattr(exc, "args", ())
+    return type(exc).__name__ == "InterfaceError" and (not args or args[0] == 0)
+
+
+def node_unusable(exc: BaseException) -> bool:
+    """Whether another host should be used: the connection failed or the node is not ready."""
+    return connection_failed(exc) or node_not_ready(exc)
+
+
+class HostList:
+    """The hosts of one database URL, in preference order, with their cool-downs.
+
+    Thread-safe; one per pool. ``clock`` is ``time.monotonic`` (given for tests of
+    the order alone).
+    """
+
+    def __init__(
+        self,
+        hosts: tuple[tuple[str, int], ...],
+        cool_down: float = HOST_COOL_DOWN_SECONDS,
+        clock: Any = time.monotonic,
+    ):
+        self.hosts = hosts
+        self.cool_down = cool_down
+        self._clock = clock
+        self._down_until = [0.0] * len(hosts)
+        self._lock = threading.Lock()
+
+    def candidates(self) -> list[int]:
+        """Host indexes to try, in order: those not cooling down (URL order), then the
+        others, the one whose cool-down ends first first (when none other answers, a
+        host that failed a moment ago is still worth a try)."""
+        now = self._clock()
+        with self._lock:
+            ready = [i for i, until in enumerate(self._down_until) if until <= now]
+            cooling = sorted(
+                (i for i, until in enumerate(self._down_until) if until > now),
+                key=self._down_until.__getitem__,
+            )
+        return ready + cooling
+
+    def mark_down(self, index: int) -> None:
+        """Pass host ``index`` over for a cool-down."""
+        with self._lock:
+            self._down_until[index] = self._clock() + self.cool_down
+
+    def mark_up(self, index: int) -> None:
+        with self._lock:
+            self._down_until[index] = 0.0
+
+    def is_down(self, index: int) -> bool:
+        with self._lock:
+            return self._down_until[index] > self._clock()
+
+    def better_than(self, index: int) -> bool:
+        """Whether a host before ``index`` in the URL is not cooling down (worth trying again)."""
+        now = self._clock()
+        with self._lock:
+            return any(until <= now for until in self._down_until[:index])
+
+    def where(self, index: int) -> str:
+        host, port = self.hosts[index]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def prepare_mysql_connection(conn: Any, where: str) -> bool:
+    """Get a fresh MySQL connection ready; whether its server is a Galera node.
+
+    On Galera (``wsrep_on=ON``): raises :class:`NodeNotReady` when ``wsrep_ready`` is
+    ``OFF``, else sets ``wsrep_sync_wait`` (:data:`WSREP_SYNC_WAIT`). Two ``SHOW``\\ s and
+    a ``SET`` per new connection (pooled ones cost nothing); a server without Galera
+    (MySQL, MariaDB without a provider, TiDB) answers the first with nothing or ``OFF``.
+    """
+    cursor = conn.cursor()
+    try:
+        cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cursor.fetchone()
+        if not row or str(row[1]).upper() != "ON":
+            return False
+        cursor.execute("SHOW STATUS LIKE 'wsrep_ready'")
+        row = cursor.fetchone()
+        if not row or str(row[1]).upper() != "ON":
+            raise NodeNotReady(where)
+        cursor.execute(f"SET SESSION wsrep_sync_wait = {WSREP_SYNC_WAIT}")
+        return True
+    finally:
+        cursor.close()
