@@ -38,7 +38,7 @@ from typing import Any
 from agent import files as agent_files
 from agent import jsonio, telemetry
 from agent.component import ComponentBase, component_class, component_names
-from agent.component.base import checked_param
+from agent.component.base import ComponentParamBase, checked_param, is_shared
 from agent.deadline import Deadline, unlimited
 from agent.errors import (
     Cancelled,
@@ -61,11 +61,6 @@ from agent.variables import declared_variables
 log = logging.getLogger("agentcanvas.canvas")
 
 SNAPSHOT_VERSION = 1
-# Components whose wiring, references and templates passed (see Canvas._validate):
-# key -> the load warnings.
-_VALIDATED = BoundedMemo(256)
-# (component class, params JSON) -> the references in those params.
-_REFERENCES = BoundedMemo(4096)
 REQUIRED_KEYS = ("components", "path", "history", "retrieval")
 DEFAULT_GLOBALS = {"sys.query": "", "sys.user_id": "", "sys.conversation_turns": 0, "sys.files": []}
 _RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "turn")
@@ -97,6 +92,29 @@ class Limits:
     def from_mapping(cls, values: dict | None) -> Limits:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (values or {}).items() if k in names})
+
+
+class _Blueprint:
+    """What a canvas works out from its components alone, shared by every canvas
+    loaded from the same components (see :meth:`Canvas._build_components`).
+
+    Attributes:
+        params: ``{component id: (class, the read-only checked params)}``; ``None``
+            for params that cannot be shared (checked by every canvas).
+        warnings: the load warnings.
+        refs: ``{component id: its references}``, filled as they are asked for.
+        kept: ``{pending path: ids of the components whose outputs a pause keeps}``.
+    """
+
+    def __init__(self) -> None:
+        self.params: dict[str, tuple[type[ComponentBase], ComponentParamBase | None]] = {}
+        self.warnings: tuple[str, ...] = ()
+        self.refs: dict[str, tuple[Ref, ...]] = {}
+        self.kept: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+# The blueprints of the last few hundred DSLs: components' JSON and declared variables -> _Blueprint.
+_BLUEPRINTS = BoundedMemo(256)
 
 
 def _now() -> int:
@@ -196,14 +214,7 @@ class Canvas:
         self.variables = _declared_variables(dsl.get("variables"))
 
         self.dsl = dsl
-        self._refs: dict[str, list[Ref]] = {}
-        self._param_keys: dict[str, tuple] = {}
-        self.components: dict[str, ComponentBase] = {}
-        for cid, entry in components.items():
-            self.components[cid] = self._build_component(cid, entry)
-        if "begin" not in self.components:
-            raise DSLError("the DSL has no 'begin' component; every canvas starts at id 'begin'")
-        self._validate()
+        self._build_components(components)
 
         self.path: list[str] = dsl["path"]
         for cid in self.path:
@@ -233,6 +244,46 @@ class Canvas:
         for name, var in self.variables.items():
             self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
 
+    def _build_components(self, components: dict) -> None:
+        """The components, from the blueprint of these components when one is known.
+
+        A session's snapshot carries the same components turn after turn, and every
+        session of an agent the same ones: their checked params, load warnings and
+        references are worked out once per process (for the last few hundred DSLs,
+        keyed by the components' JSON text and the declared variables) and shared,
+        read-only, by every canvas built from them. Each canvas still has its own
+        component objects: what a run changes (outputs, bookkeeping) is never shared.
+        """
+        declared = sorted(k for k in self.dsl["globals"] if k.startswith("env.")) + sorted(self.variables)
+        try:
+            key = jsonio.dumps([components, declared])
+        except (TypeError, ValueError):
+            key = None
+        blueprint = _BLUEPRINTS.get(key) if key is not None else None
+        if blueprint is not None:
+            self._blueprint = blueprint
+            self.components = {}
+            for cid, entry in components.items():
+                cls, param = blueprint.params[cid]
+                if param is None:  # not shareable: checked afresh
+                    param = checked_param(cls, entry["obj"].get("params") or {}, cid)
+                self.components[cid] = cls(self, cid, param, entry)
+            self.warnings = list(blueprint.warnings)
+            return
+        self._blueprint = blueprint = _Blueprint()
+        self.components = {}
+        for cid, entry in components.items():
+            cpn = self.components[cid] = self._build_component(cid, entry)
+            blueprint.params[cid] = (type(cpn), cpn._param if is_shared(cpn._param) else None)
+        if "begin" not in self.components:
+            raise DSLError("the DSL has no 'begin' component; every canvas starts at id 'begin'")
+        self._check_wiring()
+        self._check_references()
+        self._find_unreachable()
+        blueprint.warnings = tuple(self.warnings)
+        if key is not None:
+            _BLUEPRINTS.put(key, blueprint)
+
     def _build_component(self, cid: str, entry: Any) -> ComponentBase:
         if not isinstance(entry, dict) or not isinstance(entry.get("obj"), dict):
             raise DSLError(f"{cid}: a component entry needs 'obj' with 'component_name' and 'params'")
@@ -248,50 +299,14 @@ class Canvas:
         for key in ("downstream", "upstream"):
             if not isinstance(entry.get(key, []), list):
                 raise DSLError(f"{cid}: {key!r} must be a list of component ids")
-        try:
-            key = (cls, jsonio.dumps(params))
-        except (TypeError, ValueError):
-            key = None
-        param = checked_param(cls, params, cid, self.warnings, key=key)
-        if key is not None:
-            self._param_keys[cid] = key
-        return cls(self, cid, param, entry)
-
-    def _validate(self) -> None:
-        """Wiring, references and templates; skipped for components already checked.
-
-        A session's snapshot carries the same components turn after turn, so the
-        outcome is remembered (per process, for the last few hundred DSLs) by the
-        components' JSON text and the declared variables.
-        """
-        declared = sorted(k for k in self.dsl["globals"] if k.startswith("env.")) + sorted(self.variables)
-        try:
-            key = jsonio.dumps([self.dsl["components"], declared])
-        except (TypeError, ValueError):
-            key = None
-        warnings = _VALIDATED.get(key) if key is not None else None
-        if warnings is not None:
-            self.warnings = list(warnings)
-            return
-        self._check_wiring()
-        self._check_references()
-        self._find_unreachable()
-        if key is not None:
-            _VALIDATED.put(key, tuple(self.warnings))
+        return cls(self, cid, checked_param(cls, params, cid, self.warnings), entry)
 
     def references_of(self, cid: str) -> list[Ref]:
-        """The references in component ``cid``'s params (worked out once per params, per process)."""
-        refs = self._refs.get(cid)
+        """The references in component ``cid``'s params (worked out once per blueprint)."""
+        refs = self._blueprint.refs.get(cid)
         if refs is None:
-            cpn = self.components[cid]
-            key = self._param_keys.get(cid)
-            remembered = _REFERENCES.get(key) if key is not None else None
-            if remembered is None:
-                remembered = tuple(cpn.references())
-                if key is not None:
-                    _REFERENCES.put(key, remembered)
-            refs = self._refs[cid] = list(remembered)
-        return refs
+            refs = self._blueprint.refs[cid] = tuple(self.components[cid].references())
+        return list(refs)
 
     def _check_wiring(self) -> None:
         for cid, cpn in self.components.items():
@@ -1002,7 +1017,17 @@ class Canvas:
 
     def _prune_outputs(self) -> None:
         """Keep only the outputs that components still on the pending path may read."""
-        reachable, todo = set(), list(self.path)
+        path = tuple(self.path)
+        needed = self._blueprint.kept.get(path)
+        if needed is None:
+            needed = self._blueprint.kept[path] = self._outputs_needed_by(path)
+        for cid, cpn in self.components.items():
+            if cid not in needed:
+                cpn.outputs = {}
+
+    def _outputs_needed_by(self, path: tuple[str, ...]) -> frozenset[str]:
+        """Ids of the components whose outputs the components reachable from ``path`` may read."""
+        reachable, todo = set(), list(path)
         while todo:
             cid = todo.pop()
             if cid in reachable:
@@ -1016,9 +1041,7 @@ class Canvas:
         needed = {"begin"} | reachable
         for cid in reachable:
             needed.update(r.name for r in self.references_of(cid) if r.scope == "cpn")
-        for cid, cpn in self.components.items():
-            if cid not in needed:
-                cpn.outputs = {}
+        return frozenset(needed)
 
 
 def _reference_chunk(chunk: dict) -> dict:

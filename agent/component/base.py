@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agent import jsonio
 from agent.errors import Cancelled, ComponentError, DSLError, FormPause, LimitError
+from agent.frozen import NotFreezable, freeze, refuse_change
 from agent.memo import BoundedMemo
 from agent.refs import Ref, find_refs, parse_ref
 
@@ -95,8 +96,11 @@ class ComponentParamBase:
             raise ValueError(f"{name} must be a {'non-empty ' if not allow_empty else ''}list, got {value!r}")
 
 
-# (component class, params JSON) -> (the checked params as JSON, their load warnings)
+# (component class, params JSON) -> (the checked params, read-only and shared; their load warnings)
 _CHECKED = BoundedMemo(4096)
+# param class -> its read-only variant (see _share)
+_READ_ONLY: dict[type, type] = {}
+_READ_ONLY_CLASSES: set[type] = set()
 
 
 def checked_param(
@@ -109,19 +113,24 @@ def checked_param(
     """``cls``'s param object built from DSL ``params`` and validated.
 
     The warnings ``check()`` noted are added to ``warnings`` (each prefixed with
-    ``label``). With ``key`` (``(cls, the params as JSON)``), the outcome of the check
-    is remembered per process: the same params again (the same agent's next turn) get
-    a fresh copy of the checked values without running ``check()``. Params whose
-    checked values JSON cannot carry exactly are checked every time.
+    ``label``). With ``key`` (``(cls, the params as JSON)``; worked out here when not
+    given), the checked params are built once per process and the same object is
+    handed to every canvas that loads the same params (every turn of every session of
+    an agent): it is read-only (:mod:`agent.frozen`), so no session can change what
+    another reads. Params ``check()`` turned into something other than JSON data are
+    built and checked every time instead.
 
     Raises:
         DSLError: naming ``label`` (the component id) and what to fix.
     """
+    if key is None:
+        try:
+            key = (cls, jsonio.dumps(params))
+        except (TypeError, ValueError):
+            key = None
     hit = _CHECKED.get(key) if key is not None else None
     if hit is not None:
-        param = cls.param_class.__new__(cls.param_class)
-        param.__dict__.update(jsonio.loads(hit[0]))
-        noted = hit[1]
+        param, noted = hit
     else:
         param = cls.param_class().update(params)
         try:
@@ -131,12 +140,35 @@ def checked_param(
             raise DSLError(f"{label}: {e}") from None
         noted = tuple(param.__dict__.pop("_load_warnings", []))
         if key is not None:
-            checked = jsonio.dumps(vars(param))
-            if jsonio.loads(checked) == vars(param):
-                _CHECKED.put(key, (checked, noted))
+            try:
+                param = _share(param)
+            except NotFreezable:
+                pass
+            else:
+                _CHECKED.put(key, (param, noted))
     if warnings is not None:
         warnings.extend(f"{label}: {w}" for w in noted)
     return param
+
+
+def is_shared(param: ComponentParamBase) -> bool:
+    """Whether ``param`` is the read-only object every canvas with these params shares."""
+    return type(param) in _READ_ONLY_CLASSES
+
+
+def _share(param: ComponentParamBase) -> ComponentParamBase:
+    """A read-only copy of checked ``param``: its values frozen, its attributes fixed."""
+    values = {name: freeze(value) for name, value in vars(param).items()}
+    cls = type(param)
+    read_only = _READ_ONLY.get(cls)
+    if read_only is None:
+        read_only = _READ_ONLY[cls] = type(
+            cls.__name__, (cls,), {"__setattr__": refuse_change, "__delattr__": refuse_change}
+        )
+        _READ_ONLY_CLASSES.add(read_only)
+    shared = object.__new__(read_only)
+    shared.__dict__.update(values)
+    return shared
 
 
 class ComponentBase:
