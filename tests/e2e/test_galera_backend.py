@@ -1,0 +1,167 @@
+"""The storage layer on a real three-node MariaDB Galera cluster (tests/galera.py).
+
+What a worker relies on: every connection reads what any node committed before
+(``wsrep_sync_wait``); a conditional UPDATE that loses a certification race on two
+nodes is run again, not raised; a node cut off from the cluster (1047, ``wsrep_ready``
+OFF) is left for another one, and used again once it is back. The whole-service
+scenario (two servers, clients, a node killed) is tests/e2e/test_galera.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pymysql
+import pytest
+
+from api.db import cluster, open_database
+from tests.e2e.conftest import until
+from tests.galera import GaleraCluster
+
+DATABASE = "agentcanvas_galera_backend"
+
+
+@pytest.fixture(scope="module")
+def galera() -> Iterator[GaleraCluster]:
+    nodes = GaleraCluster().start()
+    try:
+        nodes.query(1, f"CREATE DATABASE {DATABASE}")
+        nodes.query(1, "CREATE TABLE t (id INT PRIMARY KEY, owner VARCHAR(20), n INT)", database=DATABASE)
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+@pytest.fixture
+def row(galera) -> int:
+    galera.query(1, "REPLACE INTO t VALUES (1, NULL, 0)", database=DATABASE)
+    return 1
+
+
+def _pool(galera: GaleraCluster, first: int):
+    database = open_database(galera.url(DATABASE, first=first), max_connections=4)
+    database.host_list.cool_down = 0.5  # the default 5 s only makes these tests wait longer
+    return database
+
+
+def test_every_connection_reads_what_another_node_committed(galera, row):
+    one, two = _pool(galera, 1), _pool(galera, 2)
+    try:
+        with one.connection_context(), two.connection_context():
+            assert (
+                one.execute_sql("SELECT @@session.wsrep_sync_wait").fetchone()[0] == cluster.WSREP_SYNC_WAIT
+            )
+            assert one.galera and two.galera
+            stale = 0
+            for n in range(1, 101):
+                one.execute_sql("UPDATE t SET n = %s WHERE id = 1", (n,))
+                stale += two.execute_sql("SELECT n FROM t WHERE id = 1").fetchone()[0] != n
+            assert stale == 0
+    finally:
+        one.close_all()
+        two.close_all()
+
+
+def _race(claim, rounds: int) -> tuple[list[int], list[BaseException]]:
+    """Two threads, each ``claim(who)`` once per round at the same moment; the claims each
+    won (a claim returns the rows it matched) and the errors that reached the caller."""
+    wins, errors = [0, 0], []
+    start = threading.Barrier(2)
+
+    def run(who: int) -> None:
+        for _ in range(rounds):
+            start.wait()
+            try:
+                wins[who] += claim(who)
+            except Exception as exc:  # noqa: BLE001 - counted and asserted on
+                errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(who,)) for who in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return wins, errors
+
+
+_CLAIM = "UPDATE t SET owner = %s, n = n + 1 WHERE id = 1 AND owner IS NULL"
+_RELEASE = "UPDATE t SET owner = NULL WHERE id = 1 AND owner = %s"
+
+
+def test_a_claim_racing_on_two_nodes_is_won_or_lost_never_an_error(galera, row):
+    # The race is real: with bare connections some claims fail certification (1213).
+    bare = {
+        who: pymysql.connect(host="127.0.0.1", port=galera.ports[who + 1], user="root", database=DATABASE)
+        for who in (0, 1)
+    }
+
+    def bare_claim(who: int) -> int:
+        with bare[who].cursor() as cur:
+            won = cur.execute(_CLAIM, (f"w{who}",))
+            bare[who].commit()
+            if won:
+                cur.execute(_RELEASE, (f"w{who}",))
+                bare[who].commit()
+            return won
+
+    _, errors = _race(bare_claim, 150)
+    for conn in bare.values():
+        conn.close()
+    assert errors, "no certification conflict in 150 racing rounds: the race did not happen"
+    assert {cluster.mysql_code(exc) for exc in errors} == {1213}
+
+    # Through our pools (one per node): each claim is won or lost, none raises, and the
+    # row counts exactly the claims that were won.
+    galera.query(1, "UPDATE t SET n = 0 WHERE id = 1", database=DATABASE)
+    pools = [_pool(galera, 1), _pool(galera, 2)]
+
+    def claim(who: int) -> int:
+        with pools[who].connection_context():
+            won = pools[who].execute_sql(_CLAIM, (f"p{who}",)).rowcount
+            if won:
+                pools[who].execute_sql(_RELEASE, (f"p{who}",))
+            return won
+
+    try:
+        wins, errors = _race(claim, 150)
+    finally:
+        for pool in pools:
+            pool.close_all()
+    assert errors == []
+    assert galera.query(3, "SELECT n FROM t WHERE id = 1", database=DATABASE)[0][0] == sum(wins)
+
+
+def _set_isolated(galera: GaleraCluster, node: int, isolated: bool) -> None:
+    """Cut node ``node`` off from its peers (it leaves the primary component and refuses
+    work with 1047), or let it rejoin; returns once ``wsrep_ready`` says so."""
+    galera.query(node, f"SET GLOBAL wsrep_provider_options = 'gmcast.isolate={int(isolated)}'")
+    want = "OFF" if isolated else "ON"
+    until(lambda: galera.wsrep(node)["wsrep_ready"] == want, f"node {node} wsrep_ready={want}", seconds=60)
+
+
+def test_a_node_that_is_not_ready_is_left_and_used_again_once_back(galera, row):
+    pool = _pool(galera, 2)
+    port = "SELECT @@port"
+    try:
+        with pool.connection_context():
+            assert pool.execute_sql(port).fetchone()[0] == galera.ports[2]
+        _set_isolated(galera, 2, True)
+        try:
+            with pool.connection_context():
+                # The pooled connection's node refuses (1047): the write runs on another node.
+                assert pool.execute_sql("UPDATE t SET n = 7 WHERE id = 1").rowcount == 1
+                assert pool.execute_sql(port).fetchone()[0] == galera.ports[1]
+            with pool.connection_context():  # a new connection passes the node over
+                assert pool.execute_sql(port).fetchone()[0] == galera.ports[1]
+        finally:
+            _set_isolated(galera, 2, False)
+        assert galera.query(2, "SELECT n FROM t WHERE id = 1", database=DATABASE) == [(7,)]
+
+        def served_by() -> int:
+            with pool.connection_context():
+                return pool.execute_sql(port).fetchone()[0]
+
+        until(lambda: served_by() == galera.ports[2], "the pool to come back to node 2")
+    finally:
+        pool.close_all()
