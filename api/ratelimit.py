@@ -38,6 +38,7 @@ from limits.strategies import FixedWindowRateLimiter
 from peewee import Case, IntegrityError, PeeweeException
 
 from api.db import RateLimitCounter, db, now_ms, write_transaction
+from api.db.database import run_retrying
 from api.errors import RateLimited
 from api.telemetry import metrics
 
@@ -102,34 +103,38 @@ class DatabaseStorage(Storage):
         return PeeweeException
 
     def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        # Two workers bumping one counter on two Galera nodes conflict (1213): run_retrying
+        # runs the whole bump again, as a deadlock on one server would need too.
+        return run_retrying(functools.partial(self._bump, key, expiry, amount))
+
+    def _bump(self, key: str, expiry: int, amount: int) -> int:
         for _ in range(3):
-            with db.connection_context():
-                now = now_ms()
-                with write_transaction():
-                    expired = RateLimitCounter.expires_at <= now
-                    hit = (
-                        RateLimitCounter.update(
-                            count=_restart_or_add(expired, amount),
-                            expires_at=_restart_or_keep(expired, now + int(expiry * 1000)),
-                        )
-                        .where(RateLimitCounter.key == key)
-                        .execute()
+            now = now_ms()
+            with write_transaction():
+                expired = RateLimitCounter.expires_at <= now
+                hit = (
+                    RateLimitCounter.update(
+                        count=_restart_or_add(expired, amount),
+                        expires_at=_restart_or_keep(expired, now + int(expiry * 1000)),
                     )
-                    if hit:
-                        row = RateLimitCounter.get(RateLimitCounter.key == key)
-                        return int(row.count)
-                try:
-                    with write_transaction():
-                        RateLimitCounter.insert(
-                            key=key, count=amount, expires_at=now + int(expiry * 1000)
+                    .where(RateLimitCounter.key == key)
+                    .execute()
+                )
+                if hit:
+                    row = RateLimitCounter.get(RateLimitCounter.key == key)
+                    return int(row.count)
+            try:
+                with write_transaction():
+                    RateLimitCounter.insert(
+                        key=key, count=amount, expires_at=now + int(expiry * 1000)
+                    ).execute()
+                    if random.random() < 1 / 64:  # now and then, forget windows long over
+                        RateLimitCounter.delete().where(
+                            RateLimitCounter.expires_at < now - 3_600_000
                         ).execute()
-                        if random.random() < 1 / 64:  # now and then, forget windows long over
-                            RateLimitCounter.delete().where(
-                                RateLimitCounter.expires_at < now - 3_600_000
-                            ).execute()
-                    return amount
-                except IntegrityError:
-                    continue  # another worker inserted it first: bump that row
+                return amount
+            except IntegrityError:
+                continue  # another worker inserted it first: bump that row
         raise PeeweeException(f"rate limit counter {key!r} could not be updated")
 
     def get(self, key: str) -> int:
