@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import logging
 import re
@@ -113,8 +114,15 @@ class _Blueprint:
         self.kept: dict[tuple[str, ...], frozenset[str]] = {}
 
 
+_NO_SPAN = contextlib.nullcontext()
 # The blueprints of the last few hundred DSLs: components' JSON and declared variables -> _Blueprint.
 _BLUEPRINTS = BoundedMemo(256)
+
+
+@functools.lru_cache(maxsize=1)
+def _utc_text(second: int) -> str:
+    """``sys.date``: the time as UTC text (worked out once a second)."""
+    return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _now() -> int:
@@ -239,10 +247,13 @@ class Canvas:
 
     def _default_globals(self) -> None:
         """Fill in the ``sys.*`` defaults and the declared variables' initial values."""
+        g = self.globals
         for key, value in DEFAULT_GLOBALS.items():
-            self.globals.setdefault(key, copy.deepcopy(value))
+            if key not in g:
+                g[key] = copy.deepcopy(value)
         for name, var in self.variables.items():
-            self.globals.setdefault(f"env.{name}", copy.deepcopy(var.get("value")))
+            if f"env.{name}" not in g:
+                g[f"env.{name}"] = copy.deepcopy(var.get("value"))
 
     def _build_components(self, components: dict) -> None:
         """The components, from the blueprint of these components when one is known.
@@ -791,7 +802,7 @@ class Canvas:
         g["sys.files"] = list(files or [])
         g["sys.conversation_turns"] = turns
         g["sys.dialogue_count"] = turns
-        g["sys.date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        g["sys.date"] = _utc_text(int(time.time()))
         g["sys.message_id"] = message_id
         for key in ("conversation_id", "agent_id", "invoke_from"):
             if context.get(key):
@@ -836,6 +847,7 @@ class Canvas:
             self._take_files(accepted, resume.form(), [])
         steps = 0
         i = 0
+        spans = telemetry.tracing_enabled()  # asked once a run: a span per node only when on
         try:
             while i < len(self.path):
                 self._check_limits(started, steps)
@@ -847,7 +859,7 @@ class Canvas:
                 t0 = time.monotonic()
                 yield self._event("node_started", self._node_data(cpn, t0))
                 try:
-                    with telemetry.node_span(cid, cpn.component_name):
+                    with telemetry.node_span(cid, cpn.component_name) if spans else _NO_SPAN:
                         yield from self._invoke(cpn, started)
                 except FormPause:
                     self.path = self.path[i:]

@@ -400,17 +400,34 @@ def render_stream(template: Any, lookup: Lookup, deadline: Deadline | None = Non
             values.append(value.text if isinstance(value, LazyText) else to_text(value))
         yield _render_jinja(compiled, values, deadline)
         return
+    ready: list[str] = []  # text known now goes out as one chunk
+    for piece in _pieces(template):
+        if isinstance(piece, str):
+            ready.append(piece)
+            continue
+        value = lookup(piece)
+        if isinstance(value, LazyText):
+            if ready:
+                yield "".join(ready)
+                ready = []
+            yield from value
+        else:
+            ready.append(to_text(value))
+    text = "".join(ready)
+    if text:
+        yield text
+
+
+@lru_cache(maxsize=1024)
+def _pieces(template: str) -> tuple[str | Ref, ...]:
+    """A template without jinja2 syntax as its literal text and its references, in order."""
+    pieces: list[str | Ref] = []
     pos = 0
     for m in REF_RE.finditer(template):
         if m.start() > pos:
-            yield template[pos : m.start()]
-        value = lookup(_parse_body(m.group(1)))
-        if isinstance(value, LazyText):
-            yield from value
-        else:
-            text = to_text(value)
-            if text:
-                yield text
+            pieces.append(template[pos : m.start()])
+        pieces.append(_parse_body(m.group(1)))
         pos = m.end()
     if pos < len(template):
-        yield template[pos:]
+        pieces.append(template[pos:])
+    return tuple(pieces)

@@ -18,7 +18,11 @@ class FormComponent(ComponentBase):
     is_form = True
 
     def form(self) -> dict[str, dict]:
-        return normalize_form(self._param.inputs, self.id)
+        """The form's fields (worked out once per canvas: the params do not change)."""
+        form = self.__dict__.get("_form")
+        if form is None:
+            form = self._form = normalize_form(self._param.inputs, self.id)
+        return form
 
     def start_form(self) -> None:
         """Reached afresh (not resumed): earlier answers are never reused."""

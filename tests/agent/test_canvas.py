@@ -174,8 +174,7 @@ def test_events_have_the_design_shape_and_one_terminal_event():
         "node_started",
         "node_finished",
         "node_started",
-        "message",
-        "message",
+        "message",  # the text known at once ("Hello " and the query) is one chunk
         "node_finished",
         "message_end",
         "workflow_finished",
