@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import pymysql
 import pytest
 
-from api.db import cluster, open_database
+from api import create_app
+from api.db import cluster, db, open_database
+from tests.api.conftest import Api, echo_dsl, make_token
 from tests.e2e.conftest import until
 from tests.galera import GaleraCluster
 
@@ -165,3 +167,70 @@ def test_a_node_that_is_not_ready_is_left_and_used_again_once_back(galera, row):
         until(lambda: served_by() == galera.ports[2], "the pool to come back to node 2")
     finally:
         pool.close_all()
+
+
+def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try(galera):
+    """The end-of-turn transaction on node 1 is held at its message-log INSERT (a lock
+    taken by hand on node 1) while node 2 commits a change to the same session row (the
+    cancel flag, as a cancel from another server would): Galera aborts the turn's
+    transaction (1213). It is run again whole, and the turn is saved and answered 200."""
+    name = "agentcanvas_galera_turns"
+    app = create_app(
+        {
+            "DATABASE_URL": galera.url(name, first=1),
+            "SWEEP_INTERVAL_SECONDS": 0,
+            "SERVICES": {"gate": threading.Event()},
+        }
+    )
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    (before,) = galera.query(1, "SELECT version FROM session WHERE id = %s", session_id, database=name)[0]
+    aborts_before = int(galera.wsrep(1)["wsrep_local_bf_aborts"])
+    logged_before = _logged(galera, name, session_id)
+    locker = pymysql.connect(host="127.0.0.1", port=galera.ports[1], user="root", database=name)
+    try:
+        with locker.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT id FROM message_log WHERE session_id = %s FOR UPDATE", (session_id,))
+        replies = []
+        turn = threading.Thread(
+            target=lambda: replies.append(
+                api.post(
+                    f"/agents/{agent_id}/completions",
+                    json={
+                        "question": "hello",
+                        "stream": False,
+                        "session_id": session_id,
+                    },
+                )
+            )
+        )
+        turn.start()
+        until(
+            lambda: galera.query(
+                1,
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+                " AND trx_query LIKE 'INSERT INTO `message_log`%%'",
+            )[0][0],
+            "the turn's commit to wait for the message log",
+        )
+        galera.query(2, "UPDATE session SET cancel_requested = 1 WHERE id = %s", session_id, database=name)
+        locker.rollback()
+        turn.join(60)
+    finally:
+        locker.close()
+        app.config["SERVICES"]["gate"].set()
+        app.extensions["agentcanvas.parsing"].stop()
+        db.obj.close_all()
+    assert replies and replies[0].status_code == 200, replies and replies[0].get_json()
+    assert replies[0].get_json()["data"]["data"]["content"] == "echo: hello"
+    assert int(galera.wsrep(1)["wsrep_local_bf_aborts"]) > aborts_before  # the race did happen
+    (version,) = galera.query(3, "SELECT version FROM session WHERE id = %s", session_id, database=name)[0]
+    assert version == before + 1  # committed once
+    assert _logged(galera, name, session_id) == logged_before + 2  # the question and the answer, once
+
+
+def _logged(galera: GaleraCluster, name: str, session_id: str) -> int:
+    query = "SELECT COUNT(*) FROM message_log WHERE session_id = %s"
+    return galera.query(3, query, session_id, database=name)[0][0]
