@@ -152,7 +152,8 @@ class Figures:
         ]
 
 
-def _classify(resp: requests.Response) -> tuple[str, str]:
+def classify_reply(resp: requests.Response) -> tuple[str, str]:
+    """What a turn's reply said (ok, not_saved, unknown, busy, unavailable, other) and its message_id."""
     try:
         body = resp.json()
     except ValueError:
@@ -211,7 +212,7 @@ def run_outage(
                 try:
                     resp = client.ask(agent_id, session_id, question, timeout=30)
                     look_at(resp)
-                    kind, message_id = _classify(resp)
+                    kind, message_id = classify_reply(resp)
                     status = resp.status_code
                 except requests.RequestException as exc:
                     kind, message_id, status = "other", str(exc), 0
