@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import json
 import logging
 import re
 import time
@@ -52,7 +51,7 @@ from agent.errors import (
     SnapshotTooLarge,
     UsageError,
 )
-from agent.forms import check_answers
+from agent.forms import check_answers, value_size
 from agent.memo import BoundedMemo
 from agent.refs import Ref, descend, parse_ref, sole_ref
 from agent.stream import LazyText
@@ -1085,7 +1084,7 @@ def _oversized(values: dict[str, Any], limit: int) -> dict[str, str]:
     for name, value in values.items():
         if not value:
             continue
-        size = len(value.encode()) if isinstance(value, str) else len(json.dumps(value, default=str))
+        size = value_size(value)
         if size > limit:
             errors[name] = f"{name} is {size} bytes; the limit is {limit} (max_value_bytes)"
     return errors

@@ -47,6 +47,18 @@ def normalize_form(form: Any, where: str) -> dict[str, dict]:
     return form
 
 
+def value_size(value: Any) -> int:
+    """An answer's size as the limit counts it: UTF-8 bytes of text, else its JSON's length."""
+    if isinstance(value, str):
+        return len(value.encode())
+    if value is None or isinstance(value, (bool, int, float)):
+        return 0  # a number is never near the limit; no JSON text needed
+    try:
+        return len(json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return 0
+
+
 def is_optional(field: dict) -> bool:
     return bool(field.get("optional", False))
 
@@ -147,10 +159,7 @@ def check_answers(
             errors[key] = f"the form has no field {key!r} (fields: {known})"
             continue
         value = _unwrap(field, raw)
-        try:
-            size = len(value.encode()) if isinstance(value, str) else len(json.dumps(value, default=str))
-        except (TypeError, ValueError):
-            size = 0
+        size = value_size(value)
         if size > max_bytes:
             errors[key] = f"value is {size} bytes; the limit is {max_bytes}"
             continue

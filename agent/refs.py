@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _ID = r"[A-Za-z0-9_:\-]+"
@@ -53,6 +54,12 @@ def parse_ref(text: str) -> Ref | None:
     """Parse a bare reference (braces optional); ``None`` if ``text`` is not one."""
     if not isinstance(text, str):
         return None
+    return _parse_bare(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse_bare(text: str) -> Ref | None:
+    # Params name the same few references turn after turn; a Ref is immutable.
     m = BARE_RE.match(text)
     if not m:
         return None
