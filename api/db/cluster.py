@@ -22,7 +22,8 @@ certification failure; Postgres 40001/40P01): the statement or transaction was r
 back whole, so running it again is safe. :func:`node_unusable`: the connection is gone
 (2003, 2006, 2013, 2055, a closed socket) or the node refuses work (1047 "WSREP has not
 yet prepared node for application use", 1180 at ``COMMIT`` "Not connected to Primary
-Component"): use another host.
+Component"; and 1205 on a read without a table, see
+:meth:`api.db.database._SafeReconnectMixin.execute_sql`): use another host.
 """
 
 from __future__ import annotations

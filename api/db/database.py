@@ -74,23 +74,31 @@ class _SafeReconnectMixin:
     def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
         conflicts = 0
         moves = len(self.host_list.hosts)
+        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
         while True:
             try:
                 return super().execute_sql(sql, params)
             except (OperationalError, InterfaceError) as exc:
+                gone = self._connection_lost(exc) or cluster.node_unusable(exc)
                 if self.in_transaction():
-                    self._note_failure(exc)
+                    if gone:
+                        self._leave_host()
                     raise
                 if cluster.write_conflict(exc) and conflicts < cluster.CONFLICT_RETRIES:
                     conflicts += 1  # rolled back whole: run it again after a short pause
                     cluster.pause_before_retry(conflicts)
                     continue
-                refused = cluster.refused_before_running(exc)
-                if not (refused or self._connection_lost(exc) or cluster.node_unusable(exc)):
+                refused = cluster.refused_before_running(exc) or (
+                    # A Galera node cut off from the cluster fails a read that needs no
+                    # table (SELECT 1, SELECT @@port) with 1205 at once: its wait for
+                    # the cluster (wsrep_sync_wait) cannot begin. A plain read takes no
+                    # row lock, so it is no lock wait of ours.
+                    self.galera and verb in _READ_VERBS and cluster.mysql_code(exc) == 1205
+                )
+                if not (refused or gone):
                     raise
-                self._note_failure(exc)
+                self._leave_host()
                 self._reopen()
-                verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
                 if not (refused or verb in _READ_VERBS) or moves <= 0:
                     raise
                 moves -= 1
@@ -101,7 +109,7 @@ class _SafeReconnectMixin:
         except (OperationalError, InterfaceError) as exc:
             if not (self._connection_lost(exc) or cluster.node_unusable(exc)):
                 raise
-            self._note_failure(exc)
+            self._leave_host()
             self._reopen()  # nothing was sent yet: starting again is safe
             return super().begin(*args, **kwargs)
 
@@ -109,12 +117,11 @@ class _SafeReconnectMixin:
         text = str(exc).lower()
         return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
 
-    def _note_failure(self, exc: Exception) -> None:
-        """Let this thread's host cool down when ``exc`` says it is gone or not ready."""
-        if self._connection_lost(exc) or cluster.node_unusable(exc):
-            conn = self._state.conn
-            if conn is not None and id(conn) in self._conn_hosts:
-                self.host_list.mark_down(self._conn_hosts[id(conn)][0])
+    def _leave_host(self) -> None:
+        """Let the host of this thread's connection cool down (it is gone or not ready)."""
+        conn = self._state.conn
+        if conn is not None and id(conn) in self._conn_hosts:
+            self.host_list.mark_down(self._conn_hosts[id(conn)][0])
 
     def _reopen(self) -> None:
         # close()/connect() reset the thread's state, including the stack that
@@ -154,6 +161,9 @@ class _SafeReconnectMixin:
 class _HostTracking:
     """Which host each driver connection went to, for :class:`_SafeReconnectMixin`."""
 
+    #: whether the last connection made went to a Galera node
+    galera = False
+
     def __init__(self, database, hosts=(), cool_down=None, **kwargs):  # noqa: ANN001, ANN003 - peewee's
         self.host_list = cluster.HostList(
             tuple(hosts), cluster.HOST_COOL_DOWN_SECONDS if cool_down is None else cool_down
@@ -176,9 +186,6 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
     cluster (:func:`~api.db.cluster.prepare_mysql_connection`). If no host answers, the
     error names each host with its reason (one host: the driver's error as it is).
     """
-
-    #: whether the last connection made went to a Galera node
-    galera = False
 
     def _connect(self):  # noqa: ANN202 - peewee's signature
         import pymysql

@@ -143,30 +143,36 @@ def _set_isolated(galera: GaleraCluster, node: int, isolated: bool) -> None:
 
 
 def test_a_node_that_is_not_ready_is_left_and_used_again_once_back(galera, row):
-    pool = _pool(galera, 2)
+    writer, reader = _pool(galera, 2), _pool(galera, 2)
     port = "SELECT @@port"
     try:
-        with pool.connection_context():
-            assert pool.execute_sql(port).fetchone()[0] == galera.ports[2]
+        for pool in (writer, reader):
+            with pool.connection_context():  # each keeps a connection to node 2
+                assert pool.execute_sql(port).fetchone()[0] == galera.ports[2]
         _set_isolated(galera, 2, True)
         try:
-            with pool.connection_context():
+            with writer.connection_context():
                 # The pooled connection's node refuses (1047): the write runs on another node.
-                assert pool.execute_sql("UPDATE t SET n = 7 WHERE id = 1").rowcount == 1
-                assert pool.execute_sql(port).fetchone()[0] == galera.ports[1]
-            with pool.connection_context():  # a new connection passes the node over
-                assert pool.execute_sql(port).fetchone()[0] == galera.ports[1]
+                assert writer.execute_sql("UPDATE t SET n = 7 WHERE id = 1").rowcount == 1
+                assert writer.execute_sql(port).fetchone()[0] == galera.ports[1]
+            with reader.connection_context():
+                # A read without a table (a readiness probe's SELECT 1) fails there with
+                # 1205, not 1047: it moves too.
+                assert reader.execute_sql(port).fetchone()[0] == galera.ports[1]
+            with writer.connection_context():  # a new connection passes the node over
+                assert writer.execute_sql(port).fetchone()[0] == galera.ports[1]
         finally:
             _set_isolated(galera, 2, False)
         assert galera.query(2, "SELECT n FROM t WHERE id = 1", database=DATABASE) == [(7,)]
 
         def served_by() -> int:
-            with pool.connection_context():
-                return pool.execute_sql(port).fetchone()[0]
+            with writer.connection_context():
+                return writer.execute_sql(port).fetchone()[0]
 
         until(lambda: served_by() == galera.ports[2], "the pool to come back to node 2")
     finally:
-        pool.close_all()
+        writer.close_all()
+        reader.close_all()
 
 
 def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try(galera):
