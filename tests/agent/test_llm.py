@@ -49,6 +49,14 @@ def test_streamed_answer_arrives_as_ordered_chunks_that_join_to_the_content(llm)
     ]
 
 
+def test_text_around_a_streamed_answer_goes_out_before_and_after_its_chunks(llm):
+    llm.queue(text("one two"))
+    events = run(
+        chat(llm, message="Answer: {LLM:A@content} ({sys.query}, {sys.user_id})"), "count", user_id="u"
+    )
+    assert messages(events) == ["Answer: ", "one ", "two", " (count, u)"]
+
+
 def test_answer_is_read_whole_when_no_message_streams_it(llm):
     dsl = make_dsl(
         node("LLM:A", "LLM", {"prompts": [{"role": "user", "content": "Shout {sys.query}"}]}),
