@@ -28,10 +28,13 @@ Component"; and 1205 on a read without a table, see
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
 from typing import Any
+
+log = logging.getLogger("agentcanvas.db")
 
 #: What every connection to a Galera node sets ``wsrep_sync_wait`` to.
 #:
@@ -157,14 +160,25 @@ class HostList:
             )
         return ready + cooling
 
-    def mark_down(self, index: int) -> None:
-        """Pass host ``index`` over for a cool-down."""
+    def mark_down(self, index: int, reason: object = "") -> None:
+        """Pass host ``index`` over for a cool-down (logged when it was in use until now)."""
         with self._lock:
+            was_up = self._down_until[index] == 0.0
             self._down_until[index] = self._clock() + self.cool_down
+        if was_up and len(self.hosts) > 1:
+            log.warning(
+                "database host %s is down or not ready (%s); using the others, trying it again in %g s",
+                self.where(index),
+                reason or "connection lost",
+                self.cool_down,
+            )
 
     def mark_up(self, index: int) -> None:
         with self._lock:
+            was_down = self._down_until[index] != 0.0
             self._down_until[index] = 0.0
+        if was_down and len(self.hosts) > 1:
+            log.warning("database host %s answers again and is used", self.where(index))
 
     def is_down(self, index: int) -> bool:
         with self._lock:

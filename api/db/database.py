@@ -82,7 +82,7 @@ class _SafeReconnectMixin:
                 gone = self._connection_lost(exc) or cluster.node_unusable(exc)
                 if self.in_transaction():
                     if gone:
-                        self._leave_host()
+                        self._leave_host(exc)
                     raise
                 if cluster.write_conflict(exc) and conflicts < cluster.CONFLICT_RETRIES:
                     conflicts += 1  # rolled back whole: run it again after a short pause
@@ -97,7 +97,7 @@ class _SafeReconnectMixin:
                 )
                 if not (refused or gone):
                     raise
-                self._leave_host()
+                self._leave_host(exc)
                 self._reopen()
                 if not (refused or verb in _READ_VERBS) or moves <= 0:
                     raise
@@ -109,7 +109,7 @@ class _SafeReconnectMixin:
         except (OperationalError, InterfaceError) as exc:
             if not (self._connection_lost(exc) or cluster.node_unusable(exc)):
                 raise
-            self._leave_host()
+            self._leave_host(exc)
             self._reopen()  # nothing was sent yet: starting again is safe
             return super().begin(*args, **kwargs)
 
@@ -117,11 +117,11 @@ class _SafeReconnectMixin:
         text = str(exc).lower()
         return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
 
-    def _leave_host(self) -> None:
-        """Let the host of this thread's connection cool down (it is gone or not ready)."""
+    def _leave_host(self, exc: Exception) -> None:
+        """Let the host of this thread's connection cool down (``exc``: it is gone or not ready)."""
         conn = self._state.conn
         if conn is not None and id(conn) in self._conn_hosts:
-            self.host_list.mark_down(self._conn_hosts[id(conn)][0])
+            self.host_list.mark_down(self._conn_hosts[id(conn)][0], exc)
 
     def _reopen(self) -> None:
         # close()/connect() reset the thread's state, including the stack that
@@ -207,7 +207,7 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
                         conn.close()
                 if not cluster.node_unusable(exc):
                     raise
-                hosts.mark_down(index)
+                hosts.mark_down(index, exc)
                 failures.append((where, exc))
                 continue
             self._track(conn, index)
@@ -234,7 +234,7 @@ class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
         hosts = self.host_list.hosts
         index = next((i for i, (h, p) in enumerate(hosts) if h == info.host and p == info.port), 0)
         for earlier in range(index):
-            self.host_list.mark_down(earlier)
+            self.host_list.mark_down(earlier, "libpq passed it over")
         self._track(conn, index)
         return conn
 

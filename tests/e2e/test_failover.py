@@ -36,7 +36,7 @@ def _copy_rows(source: PrivateMariaDB, target: PrivateMariaDB) -> None:
         conn.close()
 
 
-def test_a_worker_moves_to_the_next_host_and_comes_back(tmp_path):
+def test_a_worker_moves_to_the_next_host_and_comes_back(tmp_path, caplog):
     first = PrivateMariaDB(tmp_path / "one").install()
     second = PrivateMariaDB(tmp_path / "two").install()
     try:
@@ -61,6 +61,7 @@ def test_a_worker_moves_to_the_next_host_and_comes_back(tmp_path):
 
         first.kill()
         assert titles() == []  # the very next request: answered by the second host, no 503
+        assert f"database host 127.0.0.1:{first.port} is down or not ready" in caplog.text
 
         second.kill()
         reply = api.get("/agents")
@@ -72,6 +73,7 @@ def test_a_worker_moves_to_the_next_host_and_comes_back(tmp_path):
         assert titles() == []  # the first host is still down: the second one serves
         first.start()
         until(lambda: titles() == ["on the first host"], "the worker to come back to its first host")
+        assert f"database host 127.0.0.1:{first.port} answers again" in caplog.text
         second.kill()
         assert titles() == ["on the first host"]
     finally:
