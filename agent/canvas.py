@@ -114,6 +114,8 @@ class _Blueprint:
 
 
 _NO_SPAN = contextlib.nullcontext()
+#: Pending paths per blueprint whose kept outputs are remembered.
+MAX_KEPT_PATHS = 256
 # The blueprints of the last few hundred DSLs: components' JSON and declared variables -> _Blueprint.
 _BLUEPRINTS = BoundedMemo(256)
 
@@ -1029,9 +1031,12 @@ class Canvas:
     def _prune_outputs(self) -> None:
         """Keep only the outputs that components still on the pending path may read."""
         path = tuple(self.path)
-        needed = self._blueprint.kept.get(path)
+        kept = self._blueprint.kept
+        needed = kept.get(path)
         if needed is None:
-            needed = self._blueprint.kept[path] = self._outputs_needed_by(path)
+            needed = self._outputs_needed_by(path)
+            if len(kept) < MAX_KEPT_PATHS:  # a graph has few pause points; a bound all the same
+                kept[path] = needed
         for cid, cpn in self.components.items():
             if cid not in needed:
                 cpn.outputs = {}
