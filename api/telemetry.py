@@ -147,39 +147,64 @@ def worker_exited(pid: int) -> None:
 
 
 # ---------------------------------------------------------------------- turns
-@contextlib.contextmanager
-def observe_turn(session_id: str, task_id: str, agent_id: str) -> Iterator[dict]:
-    """Around a turn from claim to commit: its span, its log context, its metrics.
+class TurnObserver:
+    """One turn's span, log context and metrics, from its start to its commit.
 
-    The caller puts the outcome (``succeeded``, ``paused``, ``failed``,
-    ``cancelled``, ``not_saved``) into the yielded dict's ``"outcome"``.
+    A turn may run in two threads (the request's until it takes its lease, then a
+    worker's): each enters :meth:`active`; :meth:`finish` ends the turn once.
     """
-    m = metrics()
-    m.leases.inc()
-    started = time.monotonic()
-    seen: dict[str, Any] = {"outcome": "failed"}
-    attributes = {
-        "agentcanvas.session_id": session_id,
-        "agentcanvas.task_id": task_id,
-        "agentcanvas.agent_id": agent_id,
-    }
-    try:
+
+    def __init__(self, session_id: str, task_id: str, agent_id: str):
+        self.started = time.monotonic()
+        self.session_id = session_id
+        self.task_id = task_id
+        self.leased = False
+        self.span = (
+            agent_telemetry.tracer.start_span(
+                "turn",
+                attributes={
+                    "agentcanvas.session_id": session_id,
+                    "agentcanvas.task_id": task_id,
+                    "agentcanvas.agent_id": agent_id,
+                },
+            )
+            if agent_telemetry.tracing_enabled()
+            else None
+        )
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """The turn's span is current and its ids are on every log line meanwhile."""
         with (
-            (
-                agent_telemetry.tracer.start_as_current_span("turn", attributes=attributes)
-                if agent_telemetry.tracing_enabled()
-                else contextlib.nullcontext(trace.INVALID_SPAN)
-            ) as span,
-            log_context(task_id=task_id, session_id=session_id),
+            trace.use_span(self.span) if self.span is not None else contextlib.nullcontext(),
+            log_context(task_id=self.task_id, session_id=self.session_id),
         ):
-            yield seen
-            span.set_attribute("agentcanvas.outcome", seen["outcome"])
-            seconds = time.monotonic() - started
-            log.info("turn %s in %.3f s", seen["outcome"], seconds)
-    finally:
-        m.leases.dec()
-        m.turns.labels(seen["outcome"]).inc()
-        m.turn_seconds.labels(seen["outcome"]).observe(time.monotonic() - started)
+            yield
+
+    def lease_taken(self) -> None:
+        """The turn holds its session's lease now (``agentcanvas_leases_held``)."""
+        if not self.leased:
+            self.leased = True
+            metrics().leases.inc()
+
+    def finish(self, outcome: str | None) -> None:
+        """The turn ended ``outcome`` (``succeeded``, ``paused``, ``failed``, ``cancelled``,
+        ``not_saved``); ``None``: it was refused (409) and is not counted as a turn."""
+        m = metrics()
+        if self.leased:
+            self.leased = False
+            m.leases.dec()
+        seconds = time.monotonic() - self.started
+        if outcome is not None:
+            if self.span is not None:
+                self.span.set_attribute("agentcanvas.outcome", outcome)
+            if log.isEnabledFor(logging.INFO):
+                with self.active():
+                    log.info("turn %s in %.3f s", outcome, seconds)
+            m.turns.labels(outcome).inc()
+            m.turn_seconds.labels(outcome).observe(seconds)
+        if self.span is not None:
+            self.span.end()
 
 
 # ---------------------------------------------------------------------- logs

@@ -5,18 +5,25 @@ A turn, in order:
 1. **Authorise and read**: the session row of this tenant's agent (and, for an
    embed caller, of that end user). A lease still held answers 409 at once.
 2. **Load** the snapshot into a :class:`~agent.canvas.Canvas`.
-3. **Claim**: a conditional ``UPDATE`` takes the lease (owner, expiry) only where
-   the version is the one read and no live lease is held; it clears the cancel flag
-   and records the turn's ``task_id``. Losing that race is a 409 too.
-4. **Run** the canvas in a worker thread that feeds a queue; the HTTP response reads
-   the queue. ``message`` chunks go out as they come; the events that end the turn
-   are held back. A client that goes away does not stop the worker. A process-wide
-   :class:`~api.services.leases.LeaseKeeper` renews the lease while the turn runs and polls the cancel
-   flag, which ``canvas.cancel_check`` reads.
+3. **Run without a lease** while the run only meets ``side_effect_free`` components
+   (forms, Begin, Message, Switch, variable operations...), in the caller's thread.
+4. **Claim**, only before the first component that is not (an LLM, a tool, HTTP,
+   SQL...) or after :data:`UNLEASED_SECONDS`: a conditional ``UPDATE`` takes the
+   lease (owner, expiry) only where the version is the one read and no live lease is
+   held; it clears the cancel flag and records the turn's ``task_id``. Losing that
+   race is a 409 too. The rest of a streamed turn runs in a worker thread that feeds
+   a queue, which the HTTP response reads; ``message`` chunks go out as they come,
+   the events that end the turn are held back. A client that goes away does not stop
+   the worker. A process-wide :class:`~api.services.leases.LeaseKeeper` renews the
+   lease while the turn runs and polls the cancel flag, which ``canvas.cancel_check``
+   reads.
 5. **Commit** in one transaction: the new snapshot with ``version + 1`` only where
-   the version and the lease owner still match, the turn's messages appended to the
-   log, its keyed memory (``canvas.memory_writes``, see :mod:`api.services.memory`)
-   appended, the lease released. Only then are the held events released to the client.
+   the version is the one read and the lease owner still matches (a turn that never
+   took the lease: where no live lease is held, else it answers 409 and saves
+   nothing), the turn's messages appended to the log, its keyed memory
+   (``canvas.memory_writes``, see :mod:`api.services.memory`) appended, the lease
+   released. Only then are the held events released to the client. A turn made only
+   of side-effect-free components is thus a read and one write transaction.
 
 A failed or cancelled turn leaves the snapshot as it was (the runtime restores it),
 records its error on the session and appends nothing to the message log or memory. A worker
@@ -29,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import queue
@@ -69,6 +77,9 @@ SOURCES = ("api", "embed", "openai", "cli", "webhook")
 MAX_ERROR_CHARS = 4000
 #: How long a turn whose commit failed waits for the database to tell its outcome.
 OUTCOME_WAIT_SECONDS = 10.0
+#: How long a turn runs side-effect-free components before it takes the lease anyway
+#: (so that a long run can be cancelled and shows as running).
+UNLEASED_SECONDS = 0.5
 
 
 def turn_service() -> TurnService:
@@ -144,15 +155,28 @@ class Turn:
     created: bool = False
     result: TurnResult | None = None
     #: False for an inline (blocking) turn: only its ending events are kept for
-    #: :meth:`events`, the ``message`` chunks are not queued (``wait()`` drops them).
+    #: :meth:`events`, the ``message`` chunks are not kept (``wait()`` drops them).
     keep_events: bool = True
-    _queue: queue.Queue = field(default_factory=queue.Queue)
+    # The events of a turn that ran (so far) in the caller's thread; a worker thread
+    # that runs the rest hands its events over through ``_queue``.
+    _kept: list = field(default_factory=list)
+    _queue: queue.SimpleQueue | None = None
     _thread: threading.Thread | None = None
+
+    def _put(self, event: dict) -> None:
+        if self._queue is not None:
+            self._queue.put(event)
+        else:
+            self._kept.append(event)
 
     def events(self) -> Iterator[dict]:
         """Every event of the turn, in order; the ending ones only after the commit.
 
         The events can be read once; after the end, this yields nothing."""
+        kept, self._kept = self._kept, []
+        yield from kept
+        if self._queue is None:
+            return
         while True:
             item = self._queue.get()
             if item is _DONE:
@@ -185,7 +209,9 @@ class _Claim:
     """What a claimed turn needs to commit."""
 
     session_id: str
-    owner: str
+    task_id: str
+    #: The lease's owner once the turn took it; ``None`` while it runs without one.
+    owner: str | None
     version: int
     round: int
     prior_status: str
@@ -194,6 +220,21 @@ class _Claim:
     # turn (a regenerate: it ran from the kept state after ``round`` turns).
     prior_snapshot: str = ""
     rewound: bool = False
+
+
+@dataclass
+class _Run:
+    """A turn's run: its events still to come, and what it produced so far."""
+
+    events: Iterator[dict]
+    held: list[dict] = field(default_factory=list)  # the ending events, released after the commit
+    parts: list[str] = field(default_factory=list)  # the answer's chunks
+
+
+def _side_effect_free(canvas: Canvas, node_started: dict) -> bool:
+    """Whether the component a ``node_started`` event announces may run without the lease."""
+    cpn = canvas.components.get(node_started["data"].get("component_id"))
+    return cpn is not None and cpn.side_effect_free
 
 
 class TurnService:
@@ -324,7 +365,7 @@ class TurnService:
 
     # ------------------------------------------------------------------ turns
     def start(self, req: TurnRequest, inline: bool = False) -> Turn:
-        """Authorise, claim and start a turn; its events arrive through the returned :class:`Turn`.
+        """Authorise and start a turn; its events arrive through the returned :class:`Turn`.
 
         With ``inline`` the turn runs to its commit in the calling thread and comes
         back finished: the choice for a blocking reply, which waits for the end
@@ -388,36 +429,29 @@ class TurnService:
         snapshot = history.kept_snapshot(row.id, base_round)
         canvas = Canvas(snapshot, limits=self.limits)
         task_id = uuid.uuid4().hex
-        claim = self._claim(row, task_id, canvas, new_owner(task_id[:16]))
         pending = canvas.pending_form()
-        try:
-            with write_transaction():
-                saved = _SAVE_TURN.execute(
-                    now=now_ms(),
-                    id=row.id,
-                    version=claim.version,
-                    owner=claim.owner,
-                    snapshot=snapshot,
-                    status="paused" if pending is not None else "idle",
-                    pending_form=pending.id if pending is not None else None,
-                    round=base_round,
-                    bytes=0,
-                    **dict.fromkeys(_USAGE_KEYS, 0),
-                )
-                if saved != 1:
-                    raise LeaseLost(f"session {row.id!r} was taken over or deleted during the undo")
-                history.take_back_after(row.id, base_round, keep_base=False)
-        except BaseException:
-            try:
-                self._release(claim)
-            except PeeweeException:
-                log.warning("could not release the lease of session %s; it expires by itself", row.id)
-            raise
+        # Nothing runs: one conditional write, where the version is the one read and no
+        # turn holds the session (else: busy, nothing changed).
+        with write_transaction():
+            saved = _SAVE_TURN_UNLEASED.execute(
+                now=now_ms(),
+                id=row.id,
+                version=row.version,
+                task_id=task_id,
+                snapshot=snapshot,
+                status="paused" if pending is not None else "idle",
+                pending_form=pending.id if pending is not None else None,
+                round=base_round,
+                bytes=0,
+                **dict.fromkeys(_USAGE_KEYS, 0),
+            )
+            if saved != 1:
+                raise _busy(row.id)
+            history.take_back_after(row.id, base_round, keep_base=False)
         event = _undo_event(row.id, task_id)
         turn = Turn(session_id=row.id, task_id=task_id)
         turn.result = TurnResult(status="succeeded", final_event=event, answer=event["data"]["content"])
-        turn._queue.put(event)
-        turn._queue.put(_DONE)
+        turn._put(event)
         return turn
 
     def _start(
@@ -428,7 +462,8 @@ class TurnService:
         inline: bool = False,
         base: str | None = None,
     ) -> Turn:
-        """Claim ``row`` and run the turn; ``base`` (a regenerate) is the kept state it runs from."""
+        """Run the turn on ``row`` (claimed when it needs the lease, see the module docstring);
+        ``base`` (a regenerate) is the kept state it runs from."""
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
@@ -463,26 +498,50 @@ class TurnService:
             task_id=task_id,
             message_id=str(turn_id),
         )
-        claim = self._claim(row, task_id, canvas, new_owner(turn_id.hex[:16]))
+        # A resumed turn carries the usage of its paused part, already counted.
+        usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
+        claim = _Claim(
+            session_id=session_id,
+            task_id=task_id,
+            owner=None,
+            version=row.version,
+            round=row.round,
+            prior_status="paused" if row.pending_form else "idle",
+            usage_before=dict(usage),
+            prior_snapshot=row.snapshot,
+        )
         if base is not None:
             claim.round, claim.rewound = row.round - 1, True
-        stop = self.keeper.track(claim.owner)
-        canvas.cancel_check = stop.is_set
         turn = Turn(session_id=session_id, task_id=task_id, created=created, keep_events=not inline)
+        run = _Run(events)
+        watch = telemetry.TurnObserver(session_id, task_id, req.agent_id)
         with self._active_lock:
             self._active.add(turn)
-        if inline:
-            self._drive(turn, canvas, events, claim, req)
-            return turn
-        turn._thread = threading.Thread(
-            target=self._drive,
-            args=(turn, canvas, events, claim, req),
-            name=f"agentcanvas-turn-{session_id[:8]}",
-            # Not a daemon: a server process that shuts down (gunicorn's graceful exit)
-            # lets its running turns commit before the interpreter ends.
-            daemon=False,
-        )
-        turn._thread.start()
+        try:
+            with watch.active():
+                effect = self._run_unleased(turn, canvas, run)
+                if effect is not None:
+                    self._take_lease(claim, turn_id.hex[:16], task_id, canvas, watch)
+                    run.events = itertools.chain([effect], run.events)
+                    if not inline:
+                        turn._queue = queue.SimpleQueue()
+                        turn._thread = threading.Thread(
+                            target=self._run_in_worker,
+                            args=(turn, canvas, run, claim, req, watch),
+                            name=f"agentcanvas-turn-{session_id[:8]}",
+                            # Not a daemon: a server process that shuts down (gunicorn's
+                            # graceful exit) lets its running turns commit before it ends.
+                            daemon=False,
+                        )
+                        turn._thread.start()
+                        return turn
+                    self._run_leased(turn, canvas, run, claim)
+                self._finish(turn, canvas, run, claim, req)
+        except BaseException:
+            # Refused (busy, or the database is out of reach) before anything was saved.
+            self._end(turn, watch, None)
+            raise
+        self._end(turn, watch, _outcome(turn.result))
         return turn
 
     def _check_transcript_room(self, row: Session | _SessionRow) -> None:
@@ -498,123 +557,155 @@ class TurnService:
                 f"to go on"
             )
 
-    def _claim(self, row: Session | _SessionRow, task_id: str, canvas: Canvas, owner: str) -> _Claim:
+    def _take_lease(
+        self, claim: _Claim, unique: str, task_id: str, canvas: Canvas, watch: telemetry.TurnObserver
+    ) -> None:
+        """Claim the session for the rest of the turn (raises Busy when another turn
+        holds it or wrote it since it was read); the keeper renews it and polls the
+        cancel flag, which the canvas reads from now on."""
+        owner = new_owner(unique)
         now = now_ms()
-        prior_status = "paused" if row.pending_form else "idle"
         try:
             with writer_in_line():
                 claimed = _CLAIM.execute(
                     owner=owner,
                     expires=now + self.lease_ms,
                     task_id=task_id,
-                    id=row.id,
-                    version=row.version,
+                    id=claim.session_id,
+                    version=claim.version,
                     now=now,
                 )
         except PeeweeException as exc:
             if write_conflict(exc):
-                raise _busy(row.id) from None  # lost the race (rolled back): nothing to give back
+                raise _busy(claim.session_id) from None  # lost the race (rolled back): nothing to give back
             # The UPDATE may have been applied before the connection dropped: give the
             # lease back as soon as the database answers, or the session stays busy.
-            orphan = _Claim(
-                session_id=row.id,
-                owner=owner,
-                version=row.version,
-                round=row.round,
-                prior_status=prior_status,
-                usage_before={},
-            )
+            orphan = dataclasses.replace(claim, owner=owner)
             self.keeper.release_later(owner, lambda: self._release(orphan))
             raise
         if claimed != 1:
-            raise _busy(row.id)
-        # A resumed turn carries the usage of its paused part, already counted.
-        usage = {}
-        if canvas.pending_form() is not None and canvas.turn:
-            usage = canvas.turn.get("usage") or {}
-        return _Claim(
-            session_id=row.id,
-            owner=owner,
-            version=row.version,
-            round=row.round,
-            prior_status=prior_status,
-            usage_before=dict(usage),
-            prior_snapshot=row.snapshot,
-        )
+            raise _busy(claim.session_id)
+        claim.owner = owner
+        watch.lease_taken()
+        canvas.cancel_check = self.keeper.track(owner).is_set
 
     def _release(self, claim: _Claim) -> None:
         """Give the lease back without writing anything (the turn never started)."""
+        if claim.owner is None:
+            return
         Session.update(lease_owner=None, lease_expires=0, status=claim.prior_status).where(
             (Session.id == claim.session_id) & (Session.lease_owner == claim.owner)
         ).execute()
 
-    def _drive(
-        self, turn: Turn, canvas: Canvas, events: Iterator[dict], claim: _Claim, req: TurnRequest
-    ) -> None:
-        """The worker: run the canvas, commit, then release the ending events."""
-        with telemetry.observe_turn(claim.session_id, turn.task_id, req.agent_id) as seen:
-            self._run_and_commit(turn, canvas, events, claim, req)
-            seen["outcome"] = _outcome(turn.result)
-
-    def _run_and_commit(
-        self, turn: Turn, canvas: Canvas, events: Iterator[dict], claim: _Claim, req: TurnRequest
-    ) -> None:
-        held: list[dict] = []
-        parts: list[str] = []
-        try:
-            try:
-                for event in events:
-                    if event["event"] in ENDING_EVENTS:
-                        held.append(event)
-                        continue
-                    if event["event"] == "message":
-                        parts.append(str(event["data"].get("content") or ""))
-                    if turn.keep_events:
-                        turn._queue.put(event)
-            except Exception as exc:  # noqa: BLE001 - run() should not raise; never lose the lease over it
-                log.exception("canvas run raised")
-                held = [
-                    _failure_event(canvas, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
-                ]
-            finally:
-                self.keeper.untrack(claim.owner)
-            result = _result_of(held, "".join(parts))
-            save = functools.partial(self._commit, canvas, claim, req, result)
-            try:
-                committed = run_retrying(save)  # again, whole, after a conflict (1213, 1047)
-            except Exception as exc:  # noqa: BLE001 - reported to the client below
-                if is_outage(exc):  # the connection dropped: the commit may have happened
-                    log.warning(
-                        "saving the turn of session %s failed (%s); reading back its outcome",
-                        claim.session_id,
-                        exc,
-                    )
-                    committed = self._outcome_after_failed_commit(canvas, claim, result, save)
-                else:
-                    # Raised inside the transaction, before it could commit (the lease was
-                    # gone, or something of the turn cannot be stored): nothing was saved.
-                    log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
-                    message = (
-                        f"the turn could not be saved ({exc}); the session is as it was before this turn"
-                    )
-                    # Not an outage (503): a value of the turn the database cannot hold is a 500.
-                    kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
-                    held = [_failure_event(canvas, message, kind)]
-                    committed = _result_of(held, result.answer)
-                    self._try_release(claim)
-            if committed is not result and committed.final_event not in held:
-                held = [committed.final_event]
-            result = committed
-            turn.result = result
-            for event in held:
-                turn._queue.put(event)
-        finally:
+    def _end(self, turn: Turn, watch: telemetry.TurnObserver, outcome: str | None) -> None:
+        if turn._queue is not None:
             turn._queue.put(_DONE)
-            with self._active_lock:
-                self._active.discard(turn)
+        with self._active_lock:
+            self._active.discard(turn)
+        watch.finish(outcome)
+
+    def _take_event(self, turn: Turn, run: _Run, event: dict) -> None:
+        if event["event"] in ENDING_EVENTS:
+            run.held.append(event)
+            return
+        if event["event"] == "message":
+            run.parts.append(str(event["data"].get("content") or ""))
+        if turn.keep_events:
+            turn._put(event)
+
+    def _run_unleased(self, turn: Turn, canvas: Canvas, run: _Run) -> dict | None:
+        """Run the canvas up to the first component that needs the lease: one that is not
+        ``side_effect_free``, or any once the run has gone on for :data:`UNLEASED_SECONDS`.
+
+        Returns that component's ``node_started`` event (the component has not run yet),
+        or ``None`` when the run ended without one.
+        """
+        give_up = time.monotonic() + UNLEASED_SECONDS
+        try:
+            for event in run.events:
+                if event["event"] == "node_started" and (
+                    not _side_effect_free(canvas, event) or time.monotonic() > give_up
+                ):
+                    return event
+                self._take_event(turn, run, event)
+        except Exception as exc:  # noqa: BLE001 - run() should not raise; reported as a failed turn
+            log.exception("canvas run raised")
+            run.held = [
+                _failure_event(canvas, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
+            ]
+        return None
+
+    def _run_leased(self, turn: Turn, canvas: Canvas, run: _Run, claim: _Claim) -> None:
+        """Run the rest of the canvas under the lease."""
+        try:
+            for event in run.events:
+                self._take_event(turn, run, event)
+        except Exception as exc:  # noqa: BLE001 - run() should not raise; never lose the lease over it
+            log.exception("canvas run raised")
+            run.held = [
+                _failure_event(canvas, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
+            ]
+        finally:
+            self.keeper.untrack(claim.owner)
+
+    def _run_in_worker(
+        self,
+        turn: Turn,
+        canvas: Canvas,
+        run: _Run,
+        claim: _Claim,
+        req: TurnRequest,
+        watch: telemetry.TurnObserver,
+    ) -> None:
+        """The worker thread of a streamed turn that took its lease: run, commit, end."""
+        try:
+            with watch.active():
+                self._run_leased(turn, canvas, run, claim)
+                self._finish(turn, canvas, run, claim, req)
+        finally:
+            self._end(turn, watch, _outcome(turn.result))
+
+    def _finish(self, turn: Turn, canvas: Canvas, run: _Run, claim: _Claim, req: TurnRequest) -> None:
+        """Commit the turn, then release its ending events.
+
+        Raises Busy (nothing saved) when a turn without a lease finds that another
+        turn took the session or wrote it since it was read.
+        """
+        held = run.held
+        result = _result_of(held, "".join(run.parts))
+        save = functools.partial(self._commit, canvas, claim, req, result)
+        try:
+            committed = run_retrying(save)  # again, whole, after a conflict (1213, 1047)
+        except Busy:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported to the client below
+            if is_outage(exc):  # the connection dropped: the commit may have happened
+                log.warning(
+                    "saving the turn of session %s failed (%s); reading back its outcome",
+                    claim.session_id,
+                    exc,
+                )
+                committed = self._outcome_after_failed_commit(canvas, claim, result, save)
+            else:
+                # Raised inside the transaction, before it could commit (the lease was
+                # gone, or something of the turn cannot be stored): nothing was saved.
+                log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
+                message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
+                # Not an outage (503): a value of the turn the database cannot hold is a 500.
+                kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
+                held = [_failure_event(canvas, message, kind)]
+                committed = _result_of(held, result.answer)
+                self._try_release(claim)
+        if committed is not result and committed.final_event not in held:
+            held = [committed.final_event]
+        turn.result = committed
+        for event in held:
+            turn._put(event)
 
     def _try_release(self, claim: _Claim) -> None:
         """Give the lease back now, or as soon as the database answers again."""
+        if claim.owner is None:
+            return
         try:
             with db.connection_context():
                 self._release(claim)
@@ -648,7 +739,8 @@ class TurnService:
             except Exception as exc:  # noqa: BLE001 - answered "not saved" below
                 log.warning("saving the turn of session %s again failed too: %s", claim.session_id, exc)
         if saved is None:
-            self.keeper.release_later(claim.owner, lambda: self._release(claim))
+            if claim.owner is not None:
+                self.keeper.release_later(claim.owner, lambda: self._release(claim))
             message = (
                 f"the database connection was lost while this turn was being saved, and the database "
                 f"could not be reached again to tell whether it was; before sending the turn again, look "
@@ -719,9 +811,13 @@ class TurnService:
             "now": now,
             "id": claim.session_id,
             "version": claim.version,
-            "owner": claim.owner,
             **{key: int(usage.get(key) or 0) for key in _USAGE_KEYS},
         }
+        leased = claim.owner is not None
+        if leased:
+            values["owner"] = claim.owner
+        else:
+            values["task_id"] = claim.task_id
         rows: list[dict] = []
         if snapshot is not None:
             pending = canvas.pending_form()
@@ -733,15 +829,17 @@ class TurnService:
             rows = _log_rows(claim, req, result, now, canvas.accepted_inputs, canvas.accepted_files)
             values["bytes"] = sum(_stored_bytes(row) for row in rows)
             values["round"] = claim.round + 1
-            save = _SAVE_TURN
+            save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
         else:
             error = result.error or ""
             if len(error) > MAX_ERROR_CHARS:
                 error = error[: MAX_ERROR_CHARS - 1] + "…"
             values.update(status=claim.prior_status, error=error)
-            save = _SAVE_FAILED_TURN
+            save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
         with write_transaction():
             if save.execute(**values) != 1:
+                if not leased:  # another turn holds the session, or wrote it since it was read
+                    raise _busy(claim.session_id)
                 raise LeaseLost(
                     f"session {claim.session_id!r} was taken over or deleted while the turn ran "
                     f"(its lease of {self.lease_ms // 1000} s expired?)"
@@ -908,8 +1006,10 @@ _CLAIM = Prepared(
 )
 
 
-def _save(succeeded: bool) -> Prepared:
-    """The end-of-turn UPDATE: only where the version and the lease still match."""
+def _save(succeeded: bool, leased: bool = True) -> Prepared:
+    """The end-of-turn UPDATE: only where the version is the one the turn read and, for a
+    turn that took the lease, it still holds it; for one that did not, no turn holds it
+    (this write then records the turn's task id, as a claim does)."""
 
     def build(m):
         changes = {
@@ -932,15 +1032,21 @@ def _save(succeeded: bool) -> Prepared:
             )
         else:
             changes[Session.last_error] = m("error")
-        return Session.update(changes).where(
-            (Session.id == m("id")) & (Session.version == m("version")) & (Session.lease_owner == m("owner"))
-        )
+        cond = (Session.id == m("id")) & (Session.version == m("version"))
+        if leased:
+            cond &= Session.lease_owner == m("owner")
+        else:
+            changes.update({Session.task_id: m("task_id"), Session.cancel_requested: False})
+            cond &= lease_free(Session, m("now"))
+        return Session.update(changes).where(cond)
 
     return Prepared(build)
 
 
 _SAVE_TURN = _save(succeeded=True)
 _SAVE_FAILED_TURN = _save(succeeded=False)
+_SAVE_TURN_UNLEASED = _save(succeeded=True, leased=False)
+_SAVE_FAILED_TURN_UNLEASED = _save(succeeded=False, leased=False)
 _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
 _APPEND_EXCHANGE = Prepared(
     lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])

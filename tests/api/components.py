@@ -6,6 +6,7 @@ controls a turn that runs in the server's worker thread.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -36,6 +37,26 @@ class TestGate(ComponentBase):
             yield "released"
 
         return chunks()
+
+
+#: Set when a TestPureGate starts waiting.
+PURE_GATE_ENTERED = threading.Event()
+
+
+@register
+class TestPureGate(ComponentBase):
+    """Sets :data:`PURE_GATE_ENTERED`, then waits for ``services["gate"]`` to open; declared
+    side-effect-free, so a turn runs it before taking the lease (a window to race the
+    turn's unleased commit)."""
+
+    component_name = "TestPureGate"
+    param_class = _Param
+    side_effect_free = True
+
+    def _invoke(self, **kwargs) -> None:
+        PURE_GATE_ENTERED.set()
+        self._canvas.services["gate"].wait(30)
+        self.set_output("content", "")
 
 
 @register

@@ -8,6 +8,7 @@ import time
 
 from api.db import MessageLog, Session, now_ms
 from api.services.turns import turn_service
+from tests.api.components import PURE_GATE_ENTERED
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
 
 
@@ -92,6 +93,74 @@ def test_concurrent_turns_one_wins_the_rest_are_busy(api: Api):
     session = api.session(agent_id, session_id)
     assert session["round"] == 1 and session["version"] == 2
     assert [m["role"] for m in session["message"]] == ["assistant", "user", "assistant"]
+
+
+def _pure_gate_agent(api: Api) -> str:
+    dsl = dsl_of(
+        {
+            "TestPureGate:Wait": ("TestPureGate", {}, ["Message:Echo"]),
+            "Message:Echo": ("Message", {"content": ["{sys.query} with count {env.count}"]}, []),
+        },
+        variables={"count": {"type": "number", "value": 1}},
+    )
+    return api.create_agent(dsl)
+
+
+def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
+    agent_id = _pure_gate_agent(api)
+    session_id = api.create_session(agent_id)
+    gate = api.app.config["SERVICES"]["gate"]
+    replies = {}
+
+    def ask() -> None:
+        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, "first")
+
+    PURE_GATE_ENTERED.clear()
+    asker = threading.Thread(target=ask)
+    asker.start()
+    # The turn waits inside a side-effect-free component: the session is not held.
+    assert PURE_GATE_ENTERED.wait(30)
+    with api.app.app_context():
+        row = Session.get_by_id(session_id)
+        assert row.lease_owner is None and row.status != "running"
+    gate.set()
+    asker.join()
+    assert replies["resp"].status_code == 200
+    assert replies["resp"].json["data"]["data"]["content"] == "first with count 1"
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 1 and session["version"] == 2 and session["status"] == "idle"
+    # Its task is known afterwards (the one write recorded it), and is not running.
+    task_id = replies["resp"].json["data"]["task_id"]
+    assert api.post(f"/tasks/{task_id}/cancel").json["data"] == {
+        "task_id": task_id,
+        "session_id": session_id,
+        "cancelled": False,
+    }
+
+
+def test_a_turn_without_effects_that_loses_the_race_is_busy_and_saves_nothing(api: Api):
+    agent_id = _pure_gate_agent(api)
+    session_id = api.create_session(agent_id)
+    gate = api.app.config["SERVICES"]["gate"]
+    replies = {}
+
+    def ask() -> None:
+        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, "late")
+
+    PURE_GATE_ENTERED.clear()
+    asker = threading.Thread(target=ask)
+    asker.start()
+    assert PURE_GATE_ENTERED.wait(30)
+    # Another write to the session while the turn runs without a lease: it wins.
+    put = api.put(f"/agents/{agent_id}/sessions/{session_id}/variables/count", json={"value": 7})
+    assert put.status_code == 200
+    gate.set()
+    asker.join()
+    assert replies["resp"].status_code == 409 and "busy" in replies["resp"].json["message"]
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 0 and [m["role"] for m in session["message"]] == ["assistant"]
+    # The variable write stands, and the next turn runs on it.
+    assert api.ask(agent_id, session_id, "again").json["data"]["data"]["content"] == "again with count 7"
 
 
 def test_cancel_from_another_thread_and_it_does_not_stick(api: Api):
