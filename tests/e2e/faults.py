@@ -20,12 +20,14 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pymysql
 import requests
 
@@ -34,43 +36,51 @@ from tests.e2e.conftest import Client, Deployment, free_port
 
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
+PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), Path("/usr/bin"))
 
 
-class PrivateMariaDB:
-    """A throwaway ``mariadbd`` of this test alone (data in ``folder``), killed at the end."""
+class PrivateServer:
+    """A throwaway database server of this test alone (data in ``folder``), killed at the end.
+
+    A subclass says how its data folder is made (:meth:`install_command`), how the server
+    is started (:meth:`start_command`) and how to connect (:meth:`connect`).
+    """
+
+    #: what the server is called in messages, and its log file's name
+    name = "server"
+    #: the driver's error while the server does not answer yet
+    not_answering: type[Exception] = Exception
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.data = folder / "data"
         self.port = free_port()
-        self.socket = folder / "mysqld.sock"
         self.proc: subprocess.Popen | None = None
+        #: Popen's user/group when the server must not run as root
+        self.run_as: dict[str, Any] = {}
 
-    @property
-    def url(self) -> str:
-        return f"mysql://root@127.0.0.1:{self.port}/agentcanvas_faults"
+    def install_command(self) -> list[str]:
+        raise NotImplementedError
 
-    def install(self) -> PrivateMariaDB:
+    def start_command(self) -> list[str]:
+        raise NotImplementedError
+
+    def connect(self, database: str | None = "agentcanvas_faults") -> Any:
+        raise NotImplementedError
+
+    def install(self) -> PrivateServer:
         self.folder.mkdir(parents=True, exist_ok=True)
         done = subprocess.run(
-            [INSTALL_DB, "--no-defaults", f"--datadir={self.data}", "--user=root", "--skip-test-db"]
-            + ["--auth-root-authentication-method=normal"],
-            capture_output=True,
-            text=True,
-            timeout=120,
+            self.install_command(), capture_output=True, text=True, timeout=120, **self.run_as
         )
-        assert done.returncode == 0, f"mariadb-install-db failed:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, (
+            f"installing the private {self.name} failed:\n{done.stdout}\n{done.stderr}"
+        )
         return self
 
     def start(self) -> None:
-        log = open(self.folder / "mariadbd.log", "a", encoding="utf-8")  # noqa: SIM115 - the process keeps it
+        log = open(self.folder / f"{self.name}.log", "a", encoding="utf-8")  # noqa: SIM115 - the process keeps it
         self.proc = subprocess.Popen(
-            [MARIADBD, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}"]
-            + [f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables"]
-            + ["--skip-log-bin", "--innodb-buffer-pool-size=32M", f"--pid-file={self.folder / 'pid'}"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            self.start_command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **self.run_as
         )
         self.wait_ready()
 
@@ -78,29 +88,120 @@ class PrivateMariaDB:
         end = time.monotonic() + seconds
         while True:
             try:
-                pymysql.connect(host="127.0.0.1", port=self.port, user="root", connect_timeout=2).close()
+                self.connect(None).close()
                 return
-            except pymysql.MySQLError:
-                assert self.proc is not None and self.proc.poll() is None, "the private mariadbd exited"
-                assert time.monotonic() < end, "the private mariadbd did not start"
+            except self.not_answering:
+                assert self.proc is not None and self.proc.poll() is None, f"the private {self.name} exited"
+                assert time.monotonic() < end, f"the private {self.name} did not start"
                 time.sleep(0.05)
 
     def kill(self) -> None:
-        """SIGKILL, as a crash would (InnoDB recovers at the next start)."""
+        """SIGKILL, as a crash would (the server recovers at the next start)."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
 
+    def remove(self) -> None:
+        """Kill it; a subclass also deletes a folder it made itself."""
+        self.kill()
+
     def query(self, sql: str, *args: Any) -> list[tuple]:
-        conn = pymysql.connect(
-            host="127.0.0.1", port=self.port, user="root", database="agentcanvas_faults", charset="utf8mb4"
-        )
+        conn = self.connect()
         try:
             with conn.cursor() as cur:
                 cur.execute(sql, args)
                 return list(cur.fetchall())
         finally:
             conn.close()
+
+
+class PrivateMariaDB(PrivateServer):
+    """A private ``mariadbd`` (root without a password, grants skipped)."""
+
+    name = "mariadbd"
+    not_answering = pymysql.MySQLError
+
+    def __init__(self, folder: Path):
+        super().__init__(folder)
+        self.data = folder / "data"
+        self.socket = folder / "mysqld.sock"
+
+    @property
+    def url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/agentcanvas_faults"
+
+    def install_command(self) -> list[str]:
+        return [INSTALL_DB, "--no-defaults", f"--datadir={self.data}", "--user=root", "--skip-test-db"] + [
+            "--auth-root-authentication-method=normal"
+        ]
+
+    def start_command(self) -> list[str]:
+        return (
+            [MARIADBD, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}"]
+            + [f"--port={self.port}", "--bind-address=127.0.0.1", "--user=root", "--skip-grant-tables"]
+            + ["--skip-log-bin", "--innodb-buffer-pool-size=32M", f"--pid-file={self.folder / 'pid'}"]
+        )
+
+    def connect(self, database: str | None = "agentcanvas_faults") -> Any:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            database=database,
+            charset="utf8mb4",
+            connect_timeout=2,
+        )
+
+
+class PrivatePostgres(PrivateServer):
+    """A private ``postgres`` (user postgres, trust). Started as root, it runs as the
+    ``postgres`` user (it refuses root), so its folder is a new one under /tmp handed to
+    that user (pytest's tmp_path is not reachable by it); :meth:`remove` deletes it."""
+
+    name = "postgres"
+    not_answering = psycopg.OperationalError
+
+    def __init__(self) -> None:
+        super().__init__(Path(tempfile.mkdtemp(prefix="agentcanvas-pg-")))
+        if os.getuid() == 0:
+            shutil.chown(self.folder, "postgres")
+            # Popen(user=...): the server is our own child, reaped by kill() (a runuser's was not).
+            self.run_as = {"user": "postgres", "group": "postgres"}
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/agentcanvas_faults"
+
+    def install_command(self) -> list[str]:
+        return [
+            str(PG_BIN / "initdb"),
+            "-D",
+            str(self.folder / "data"),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ]
+
+    def start_command(self) -> list[str]:
+        return [str(PG_BIN / "postgres"), "-D", str(self.folder / "data"), "-p", str(self.port)] + [
+            "-k",
+            str(self.folder),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+        ]
+
+    def connect(self, database: str | None = "agentcanvas_faults") -> Any:
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname=database or "postgres"
+        )
+
+    def remove(self) -> None:
+        self.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @dataclass

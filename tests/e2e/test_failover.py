@@ -11,101 +11,21 @@ SIGKILL, as a crash would.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import threading
-import time
-from pathlib import Path
-from typing import Any
 
-import psycopg
-import pymysql
 import pytest
 
 from api import create_app
 from api.db import db, init_database
 from tests.api.conftest import Api, echo_dsl, make_token
-from tests.e2e.conftest import free_port, until
-from tests.e2e.faults import PrivateMariaDB
+from tests.e2e.conftest import until
+from tests.e2e.faults import PrivateMariaDB, PrivatePostgres, PrivateServer
 
 _COPIED_TABLES = ("tenant", "api_token")
-PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), Path("/usr/bin"))
 
 
-class PrivatePostgres:
-    """A throwaway ``postgres`` of this test alone (data in a new folder under /tmp, owned
-    by the ``postgres`` user when we are root: the server refuses to run as root)."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="agentcanvas-pg-"))
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        # Popen(user=...): the server is our own child, reaped by kill() (not a runuser's).
-        self._as: dict[str, Any] = {"user": "postgres", "group": "postgres"} if os.getuid() == 0 else {}
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/agentcanvas_faults"
-
-    def install(self) -> PrivatePostgres:
-        if self._as:
-            shutil.chown(self.folder, "postgres")
-        done = subprocess.run(
-            [str(PG_BIN / "initdb"), "-D", str(self.folder / "data"), "-A", "trust"]
-            + ["-U", "postgres", "--no-sync"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            **self._as,
-        )
-        assert done.returncode == 0, f"initdb failed:\n{done.stdout}\n{done.stderr}"
-        return self
-
-    def start(self) -> None:
-        log = open(self.folder / "postgres.log", "a", encoding="utf-8")  # noqa: SIM115 - the process keeps it
-        self.proc = subprocess.Popen(
-            [str(PG_BIN / "postgres"), "-D", str(self.folder / "data"), "-p", str(self.port)]
-            + ["-k", str(self.folder), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            **self._as,
-        )
-        end = time.monotonic() + 60
-        while True:
-            try:
-                psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres").close()
-                return
-            except psycopg.OperationalError:
-                assert self.proc.poll() is None, "the private postgres exited"
-                assert time.monotonic() < end, "the private postgres did not start"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL the postmaster and its backends, as a crash of the machine would."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def remove(self) -> None:
-        self.kill()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def connect(self) -> Any:
-        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="agentcanvas_faults")
-
-
-def _connect(server: PrivateMariaDB | PrivatePostgres) -> Any:
-    if isinstance(server, PrivatePostgres):
-        return server.connect()
-    return pymysql.connect(host="127.0.0.1", port=server.port, user="root", database="agentcanvas_faults")
-
-
-def _copy_rows(source: PrivateMariaDB | PrivatePostgres, target: PrivateMariaDB | PrivatePostgres) -> None:
-    reader, writer = _connect(source), _connect(target)
+def _copy_rows(source: PrivateServer, target: PrivateServer) -> None:
+    reader, writer = source.connect(), target.connect()
     try:
         for table in _COPIED_TABLES:
             with reader.cursor() as cur:
@@ -130,7 +50,7 @@ def two_servers(request, tmp_path):
         yield servers
     finally:
         for server in servers:
-            (server.remove if isinstance(server, PrivatePostgres) else server.kill)()
+            server.remove()
 
 
 def test_a_worker_moves_to_the_next_host_and_comes_back(two_servers, caplog):
