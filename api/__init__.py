@@ -16,7 +16,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
-from api.db import db, init_database
+from api.db import db as db_proxy  # not ``db``: that name would hide the api.db package
+from api.db import init_database
 from api.errors import TooLarge, headers_for, reply_for
 from api.openapi import spec
 from api.ratelimit import Limiter
@@ -47,8 +48,8 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     @app.teardown_appcontext
     def _release_connection(exc: BaseException | None) -> None:
-        if not db.is_closed():
-            db.close()
+        if not db_proxy.is_closed():
+            db_proxy.close()
 
     @app.errorhandler(Exception)
     def _error(exc: Exception):  # noqa: ANN202 - a Flask handler

@@ -29,3 +29,13 @@ def test_database_url_from_the_environment(monkeypatch, database_url):
 def test_unusable_settings_are_named(database_url, key, value):
     with pytest.raises(ValueError, match=key):
         create_app({"DATABASE_URL": database_url, key: value})
+
+
+def test_the_db_package_is_reachable_through_api():
+    """``api.db`` is the storage package, not the peewee proxy (``api.db.database`` once
+    failed with "Cannot use uninitialized Proxy" because create_app's module bound ``db``)."""
+    import api
+    import api.db.database
+
+    assert api.db.database.open_database is not None
+    assert api.db.db is api.db.database.db
