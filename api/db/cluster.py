@@ -48,7 +48,8 @@ log = logging.getLogger("agentcanvas.db")
 #: alone covers them only where a ``SELECT`` on the same node came first (the turn
 #: path), not the lease keeper's renewals or a cancel. ``INSERT`` (4) is left out: a
 #: duplicate key still fails at certification, and inserting needs no current view.
-#: The cost is one cluster round trip per such statement (measured in bench/galera.py).
+#: The cost is one cluster round trip per such statement. A URL may choose another value
+#: (``mysql://u@h1,h2/db?wsrep_sync_wait=1``).
 WSREP_SYNC_WAIT = 3
 
 #: Seconds a host that failed is passed over before it is tried again.
@@ -195,11 +196,11 @@ class HostList:
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def prepare_mysql_connection(conn: Any, where: str) -> bool:
+def prepare_mysql_connection(conn: Any, where: str, sync_wait: int = WSREP_SYNC_WAIT) -> bool:
     """Get a fresh MySQL connection ready; whether its server is a Galera node.
 
     On Galera (``wsrep_on=ON``): raises :class:`NodeNotReady` when ``wsrep_ready`` is
-    ``OFF``, else sets ``wsrep_sync_wait`` (:data:`WSREP_SYNC_WAIT`). Two ``SHOW``\\ s and
+    ``OFF``, else sets ``wsrep_sync_wait`` to ``sync_wait``. Two ``SHOW``\\ s and
     a ``SET`` per new connection (pooled ones cost nothing); a server without Galera
     (MySQL, MariaDB without a provider, TiDB) answers the first with nothing or ``OFF``.
     """
@@ -213,7 +214,7 @@ def prepare_mysql_connection(conn: Any, where: str) -> bool:
         row = cursor.fetchone()
         if not row or str(row[1]).upper() != "ON":
             raise NodeNotReady(where)
-        cursor.execute(f"SET SESSION wsrep_sync_wait = {WSREP_SYNC_WAIT}")
+        cursor.execute(f"SET SESSION wsrep_sync_wait = {int(sync_wait)}")
         return True
     finally:
         cursor.close()

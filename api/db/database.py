@@ -185,7 +185,12 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
     one is tried. A connection to a Galera node reads its own writes across the
     cluster (:func:`~api.db.cluster.prepare_mysql_connection`). If no host answers, the
     error names each host with its reason (one host: the driver's error as it is).
+    ``wsrep_sync_wait`` is what such a connection sets (the URL option of that name).
     """
+
+    def __init__(self, database, wsrep_sync_wait=cluster.WSREP_SYNC_WAIT, **kwargs):  # noqa: ANN001, ANN003
+        self.wsrep_sync_wait = wsrep_sync_wait
+        super().__init__(database, **kwargs)
 
     def _connect(self):  # noqa: ANN202 - peewee's signature
         import pymysql
@@ -200,7 +205,7 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
                 conn = pymysql.connect(
                     database=self.database, autocommit=True, host=host, port=port, **self.connect_params
                 )
-                self.galera = cluster.prepare_mysql_connection(conn, where)
+                self.galera = cluster.prepare_mysql_connection(conn, where, self.wsrep_sync_wait)
             except pymysql.MySQLError as exc:
                 if conn is not None:
                     with contextlib.suppress(Exception):
@@ -382,7 +387,9 @@ def open_database(url: str, max_connections: int = 32) -> Database:
     if scheme in ("mysql", "mysql+pool", "mariadb", "mysql+pymysql"):
         parsed = parse_server_url(url, 3306, "mysql://user:password@host:3306/agentcanvas")
         kwargs = _credentials(parsed)
-        kwargs.update((key, typed_option(value)) for key, value in parsed.options.items())
+        options = dict(parsed.options)
+        kwargs["wsrep_sync_wait"] = _sync_wait(options.pop("wsrep_sync_wait", None), url)
+        kwargs.update((key, typed_option(value)) for key, value in options.items())
         kwargs.setdefault("charset", "utf8mb4")
         kwargs.setdefault("connect_timeout", 10)
         # Report rows *matched* by an UPDATE, as SQLite does, not rows changed: a
@@ -421,6 +428,19 @@ def open_database(url: str, max_connections: int = 32) -> Database:
     )
 
 
+def _sync_wait(value: str | None, url: str) -> int:
+    """The ``wsrep_sync_wait`` URL option (Galera only; default :data:`~api.db.cluster.WSREP_SYNC_WAIT`)."""
+    if value is None:
+        return cluster.WSREP_SYNC_WAIT
+    if not value.isdigit() or int(value) > 15:
+        where = url.rsplit("?", 1)[-1]
+        raise ValueError(
+            f"database URL option wsrep_sync_wait={value!r} (in {where!r}) is not a number from 0 to 15; "
+            f"leave it out for {cluster.WSREP_SYNC_WAIT} (reads and UPDATE/DELETE wait for the cluster)"
+        )
+    return int(value)
+
+
 def _credentials(parsed: ServerUrl) -> dict:
     kwargs: dict = {}
     if parsed.user:
@@ -445,7 +465,9 @@ def ensure_server_database(database: Database) -> None:
     hosts = database.host_list
     # information_schema exists on every MySQL-compatible server: a place to stand
     # while creating the real database.
-    admin = _HostsMySQLDatabase("information_schema", hosts=hosts.hosts, **params)
+    admin = _HostsMySQLDatabase(
+        "information_schema", hosts=hosts.hosts, wsrep_sync_wait=database.wsrep_sync_wait, **params
+    )
     quoted = "`" + database.database.replace("`", "``") + "`"
     try:
         admin.connect()

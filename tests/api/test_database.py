@@ -48,6 +48,10 @@ def test_schema_setup_is_idempotent(database_url):
         ("postgresql://u@h1:5432,h2:5432/", "names no database"),
         ("postgresql://u@[::1:5432,h2/db", "cannot be read"),
         ("postgresql://u@h1,h2/db?sslmode=disable&sslmode=require", "gives option 'sslmode' twice"),
+        (
+            "mysql://u@h1,h2/db?wsrep_sync_wait=16",
+            "option wsrep_sync_wait='16' .* is not a number from 0 to 15",
+        ),
     ],
 )
 def test_bad_urls_are_explained(url: str, needle: str):

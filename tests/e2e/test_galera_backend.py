@@ -49,11 +49,12 @@ def _pool(galera: GaleraCluster, first: int):
 
 def test_every_connection_reads_what_another_node_committed(galera, row):
     one, two = _pool(galera, 1), _pool(galera, 2)
+    chosen = open_database(galera.url(DATABASE) + "?wsrep_sync_wait=1")
     try:
-        with one.connection_context(), two.connection_context():
-            assert (
-                one.execute_sql("SELECT @@session.wsrep_sync_wait").fetchone()[0] == cluster.WSREP_SYNC_WAIT
-            )
+        with one.connection_context(), two.connection_context(), chosen.connection_context():
+            wait = "SELECT @@session.wsrep_sync_wait"
+            assert one.execute_sql(wait).fetchone()[0] == cluster.WSREP_SYNC_WAIT
+            assert chosen.execute_sql(wait).fetchone()[0] == 1  # the URL's choice
             assert one.galera and two.galera
             stale = 0
             for n in range(1, 101):
@@ -61,8 +62,8 @@ def test_every_connection_reads_what_another_node_committed(galera, row):
                 stale += two.execute_sql("SELECT n FROM t WHERE id = 1").fetchone()[0] != n
             assert stale == 0
     finally:
-        one.close_all()
-        two.close_all()
+        for pool in (one, two, chosen):
+            pool.close_all()
 
 
 def _race(claim, rounds: int) -> tuple[list[int], list[BaseException]]:
