@@ -19,6 +19,7 @@ from api.blueprints import register_all
 from api.db import db as db_proxy  # not ``db``: that name would hide the api.db package
 from api.db import init_database
 from api.errors import TooLarge, headers_for, reply_for
+from api.http import JsonReplies
 from api.openapi import spec
 from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
@@ -32,8 +33,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
     if config:
         app_config.merge(app.config, config)
     app_config.check(app.config)
-    app.json.sort_keys = False
-    app.json.ensure_ascii = False
+    app.json = JsonReplies(app)  # keys in order, non-ASCII kept, written by orjson
 
     init_database(app.config["DATABASE_URL"], int(app.config["DB_MAX_CONNECTIONS"]))
     configure_tracing_once()

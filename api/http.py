@@ -12,7 +12,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
 from flask import Response, current_app, g, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.errors import SUCCESS, ArgumentError
@@ -22,6 +24,42 @@ MAX_TRANSCRIPT_PAGE_SIZE = 1000
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 _TYPE_NAMES = {str: "text", bool: "a boolean", int: "an integer", dict: "an object", list: "a list"}
+
+
+class JsonReplies(DefaultJSONProvider):
+    """The app's JSON replies (``jsonify``) written by orjson: the same text as Flask's
+    compact form (keys in order, non-ASCII kept, a final newline), several times faster.
+
+    What orjson would write differently or refuses (integers beyond 64 bits, lone
+    surrogates, an object only Flask's ``default`` knows) goes through Flask's own
+    provider; dates are written Flask's way. Floats may be spelled differently
+    (``1e-7`` for ``1e-07``), the same numbers; ``NaN`` becomes ``null`` (JSON has no
+    ``NaN``).
+    """
+
+    ensure_ascii = False
+    sort_keys = False
+    _OPTIONS = (
+        orjson.OPT_NON_STR_KEYS
+        | orjson.OPT_PASSTHROUGH_DATETIME
+        | orjson.OPT_PASSTHROUGH_DATACLASS
+        | orjson.OPT_APPEND_NEWLINE
+    )
+
+    def response(self, *args: Any, **kwargs: Any) -> Response:
+        if (
+            self.ensure_ascii
+            or self.sort_keys
+            or self.compact is False
+            or (self.compact is None and self._app.debug)
+        ):
+            return super().response(*args, **kwargs)
+        obj = self._prepare_response_obj(args, kwargs)
+        try:
+            body = orjson.dumps(obj, default=self.default, option=self._OPTIONS)
+        except (TypeError, orjson.JSONEncodeError):
+            return super().response(*args, **kwargs)
+        return self._app.response_class(body, mimetype=self.mimetype)
 
 
 def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
@@ -54,6 +92,9 @@ def json_body(required: bool = True) -> dict:
     UTF-16 surrogate (``"\\ud800"``: no database can store it), an integer outside
     64 bits, ``NaN``/``Infinity``.
     """
+    parsed = request.environ.get(_PARSED)
+    if parsed is not None:  # parsed once per request (the schema check reads it first)
+        return parsed
     raw = _body_bytes()
     if not raw.strip():
         if required:
@@ -78,7 +119,11 @@ def json_body(required: bool = True) -> dict:
         problem = _bad_value_message(body)
         if problem:
             raise ArgumentError(problem)
+    request.environ[_PARSED] = body
     return body
+
+
+_PARSED = "agentcanvas.json_body"
 
 
 #: The deepest nesting of a request body (objects and lists).

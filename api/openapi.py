@@ -27,6 +27,7 @@ from typing import Any
 from flask import make_response
 from pydantic import BaseModel, ConfigDict
 from spectree import SecurityScheme, SecuritySchemeData, SpecTree
+from spectree.plugins.base import Context
 from spectree.plugins.flask_plugin import FlaskPlugin
 
 from api.errors import ArgumentError
@@ -71,7 +72,12 @@ class _Plugin(FlaskPlugin):
             and request.method not in ("GET", "DELETE")
             and request.mimetype == "application/json"
         ):
-            json_body(required=False)
+            body = json_body(required=False)
+            if query is None and form is None and headers is None and cookies is None:
+                # The common case, a JSON body alone: checked as parsed above, once (the
+                # view's json_body() gets the same object), not parsed again by spectree.
+                request.context = Context(None, self.model_adapter.validate_obj(json, body), None, None, None)
+                return
         super().request_validation(request, query, json, form, headers, cookies)
 
     def validate_response(

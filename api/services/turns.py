@@ -33,7 +33,6 @@ proceeds from the last committed snapshot.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import itertools
@@ -1187,9 +1186,9 @@ def _log_rows(
 
 def blocking_event(result: TurnResult, session_id: str) -> dict:
     """The reply ``data`` of a blocking call: the ending event, its ``content`` the whole answer."""
-    event = copy.deepcopy(result.final_event)
-    event["session_id"] = session_id
-    data = event.setdefault("data", {})
+    # Copies of the two levels written here; the result's own event stays as it was.
+    event = {**result.final_event, "session_id": session_id}
+    data = event["data"] = dict(event.get("data") or {})
     if result.status == "succeeded":
         data["content"] = result.answer
     elif result.status == "paused":

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import uuid
+
 import pytest
+from flask.json.provider import DefaultJSONProvider
 
 from api import create_app
 from tests.api.conftest import Api, make_token
@@ -39,3 +44,23 @@ def test_the_db_package_is_reachable_through_api():
 
     assert api.db.database.open_database is not None
     assert api.db.db is api.db.database.db
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": "é ü 中", "n": None, "t": True, "l": [1.5, -2, "x"]},  # order and non-ASCII kept
+        {1: "int key", "when": datetime.datetime(2026, 1, 2, 3, 4, 5), "d": decimal.Decimal("1.25")},
+        {"beyond 64 bits": 2**70, "id": uuid.UUID(int=7)},
+        [],
+    ],
+)
+def test_json_replies_read_as_flask_writes_them(database_url, value):
+    app = create_app({"DATABASE_URL": database_url})
+    flask_own = DefaultJSONProvider(app)
+    flask_own.ensure_ascii = flask_own.sort_keys = False
+    with app.test_request_context():
+        ours = app.json.response(value)
+        theirs = flask_own.response(value)
+    assert ours.mimetype == "application/json"
+    assert ours.get_data() == theirs.get_data()
