@@ -1,16 +1,49 @@
 """Component registry: ``component_name`` → class.
 
-Every module in this package is imported on first use; a module registers its class
-with :func:`register`. Names are matched case-insensitively (RAGFlow's DSL is not
-consistent about case) and a second class under the same name is refused.
+The modules in :data:`COMPONENT_MODULES` are imported on first use (a plain list, so a
+reader sees every type in one place and greps for it); each registers its classes with
+:func:`register`. A new component type is a new module *and* a line in that list
+(tests/agent/test_registry.py fails if a module is left out). Names are matched
+case-insensitively (RAGFlow's DSL is not consistent about case) and a second class under
+the same name is refused.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 
 from agent.component.base import ComponentBase, ComponentParamBase
+
+#: The modules under agent/component/ that define component types, imported on first use.
+COMPONENT_MODULES: tuple[str, ...] = (
+    "agent",
+    "begin",
+    "bing",
+    "categorize",
+    "code_exec",
+    "data_operations",
+    "duckduckgo",
+    "exesql",
+    "exit_loop",
+    "google",
+    "invoke",
+    "iteration",
+    "iteration_item",
+    "list_operations",
+    "llm",
+    "loop",
+    "loop_item",
+    "message",
+    "retrieval",
+    "string_transform",
+    "switch",
+    "tavily",
+    "user_fill_up",
+    "variable_aggregator",
+    "variable_assigner",
+    "wikipedia",
+    "yahoofinance",
+)
 
 _REGISTRY: dict[str, type[ComponentBase]] = {}
 _loaded = False
@@ -22,7 +55,10 @@ def register(cls: type[ComponentBase]) -> type[ComponentBase]:
     if not key:
         raise TypeError(f"{cls.__name__} has no component_name")
     if key in _REGISTRY and _REGISTRY[key] is not cls:
-        raise TypeError(f"component {cls.component_name!r} is registered twice")
+        raise TypeError(
+            f"component {cls.component_name!r} is registered twice ({_REGISTRY[key].__module__}."
+            f"{_REGISTRY[key].__name__} and {cls.__module__}.{cls.__name__}); give one another component_name"
+        )
     _REGISTRY[key] = cls
     return cls
 
@@ -31,9 +67,8 @@ def _load_all() -> None:
     global _loaded
     if _loaded:
         return
-    for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
-            importlib.import_module(f"{__name__}.{info.name}")
+    for name in COMPONENT_MODULES:
+        importlib.import_module(f"{__name__}.{name}")
     _loaded = True
 
 
@@ -48,4 +83,11 @@ def component_names() -> list[str]:
     return sorted(cls.component_name for cls in _REGISTRY.values())
 
 
-__all__ = ["ComponentBase", "ComponentParamBase", "register", "component_class", "component_names"]
+__all__ = [
+    "COMPONENT_MODULES",
+    "ComponentBase",
+    "ComponentParamBase",
+    "register",
+    "component_class",
+    "component_names",
+]

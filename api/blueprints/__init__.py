@@ -1,25 +1,53 @@
-"""One blueprint per resource. Every module here that defines ``bp`` is registered.
+"""One blueprint per resource, registered from the plain list in :func:`blueprints`.
 
-A later feature (the embed page, the OpenAI-compatible endpoint) adds its module
-here and is picked up without touching the app factory.
+A new resource is a new module here *and* a line in that list (tests/api/test_app.py
+fails if a module's blueprint is left out).
 """
 
 from __future__ import annotations
-
-import importlib
-import pkgutil
 
 from flask import Blueprint, Flask
 
 
 def blueprints() -> list[Blueprint]:
-    found = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        bp = getattr(module, "bp", None)
-        if isinstance(bp, Blueprint):
-            found.append(bp)
-    return found
+    """Every blueprint the app serves, in registration order."""
+    # Imported here, not at the top: the blueprints import the services, which need
+    # the api package (and its config) to be importable first, as in flaskr's create_app.
+    from api.blueprints import (
+        agents,
+        completions,
+        datasets,
+        docs,
+        embed,
+        files,
+        health,
+        mcp,
+        memories,
+        memory,
+        openai_compat,
+        sessions,
+        tasks,
+        tokens,
+        webhook,
+    )
+
+    return [
+        agents.bp,
+        completions.bp,
+        datasets.bp,
+        docs.bp,
+        embed.bp,
+        files.bp,
+        health.bp,
+        mcp.bp,
+        memories.bp,
+        memory.bp,
+        openai_compat.bp,
+        sessions.bp,
+        tasks.bp,
+        tokens.bp,
+        webhook.bp,
+    ]
 
 
 def register_all(app: Flask) -> None:
