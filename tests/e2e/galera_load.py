@@ -45,6 +45,11 @@ class Reply:
     retry_after: str | None = None
     text: str = ""  # for anything but a 200: the start of the body (or the exception)
 
+    @property
+    def sent(self) -> float:
+        """time.monotonic() when the request went out."""
+        return self.at - self.seconds
+
 
 @dataclass
 class ReadBack:
@@ -63,7 +68,8 @@ class ReadBack:
 class CounterLoad:
     """``workers`` client threads on ``sessions`` through ``clients`` (one per server).
 
-    Client ``i`` uses server ``i % len(clients)``; with ``read_back`` each 200 is
+    Client ``i`` uses server ``i % len(clients)`` and the sessions in turn (or, if not
+    ``rotate``, session ``i % len(sessions)`` only); with ``read_back`` each 200 is
     followed by a read of the session's variables through the next server.
     """
 
@@ -74,12 +80,14 @@ class CounterLoad:
         sessions: list[str],
         workers: int = 8,
         read_back: bool = True,
+        rotate: bool = True,
     ):
         self.clients = clients
         self.agent_id = agent_id
         self.sessions = sessions
         self.workers = workers
         self.read_back = read_back and len(clients) > 1
+        self.rotate = rotate
         self.replies: list[Reply] = []
         self.reads: list[ReadBack] = []
         self._stop = threading.Event()
@@ -107,7 +115,7 @@ class CounterLoad:
         client = self.clients[server]
         n = 0
         while not self._stop.is_set():
-            session_id = self.sessions[(worker + n) % len(self.sessions)]
+            session_id = self.sessions[(worker + n * self.rotate) % len(self.sessions)]
             question = f"w{worker} q{n}"
             n += 1
             reply = self._turn(client, server, session_id, question)
