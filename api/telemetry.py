@@ -172,14 +172,9 @@ class TurnObserver:
             else None
         )
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
+    def active(self) -> contextlib.AbstractContextManager:
         """The turn's span is current and its ids are on every log line meanwhile."""
-        with (
-            trace.use_span(self.span) if self.span is not None else contextlib.nullcontext(),
-            log_context(task_id=self.task_id, session_id=self.session_id),
-        ):
-            yield
+        return _ActiveTurn(self)
 
     def lease_taken(self) -> None:
         """The turn holds its session's lease now (``agentcanvas_leases_held``)."""
@@ -205,6 +200,29 @@ class TurnObserver:
             m.turn_seconds.labels(outcome).observe(seconds)
         if self.span is not None:
             self.span.end()
+
+
+class _ActiveTurn:
+    """:meth:`TurnObserver.active` (a class: entered for every turn, so kept cheap)."""
+
+    __slots__ = ("_span", "_token", "_turn")
+
+    def __init__(self, turn: TurnObserver):
+        self._turn = turn
+        self._span: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        turn = self._turn
+        if turn.span is not None:
+            self._span = trace.use_span(turn.span)
+            self._span.__enter__()
+        fields = {k: v for k, v in (("task_id", turn.task_id), ("session_id", turn.session_id)) if v}
+        self._token = _context.set({**(_context.get() or {}), **fields})
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        _context.reset(self._token)
+        return self._span.__exit__(*exc) if self._span is not None else None
 
 
 # ---------------------------------------------------------------------- logs
