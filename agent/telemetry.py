@@ -14,12 +14,15 @@ metrics library and of ``api``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace
 
 tracer = trace.get_tracer("agentcanvas")
+# OpenTelemetry keeps the provider set in code in this module global (see tracing_enabled).
+_READ_GLOBAL = hasattr(trace, "_TRACER_PROVIDER") and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
 
 #: ``observer(provider, model, usage or None, error or None)`` per finished LLM call.
 LLMObserver = Callable[[str, str, "dict | None", "BaseException | None"], None]
@@ -33,8 +36,20 @@ def observe_llm_calls(observer: LLMObserver) -> None:
 
 
 def tracing_enabled() -> bool:
-    """Whether this process installed a tracer provider (before that, spans record nothing)."""
-    return not isinstance(trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    """Whether this process installed a tracer provider (before that, spans record nothing).
+
+    Asked on every turn and run. ``trace.get_tracer_provider()`` looks up the
+    environment each time (a ``KeyError`` raised and caught while no provider is
+    set), so OpenTelemetry's global is read directly when it exists; a provider named
+    by ``OTEL_PYTHON_TRACER_PROVIDER`` (built on first use) takes the long way.
+    """
+    if _READ_GLOBAL:
+        provider = getattr(trace, "_TRACER_PROVIDER", None)
+        if provider is None:
+            return False
+    else:
+        provider = trace.get_tracer_provider()
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def node_span(component_id: str, component_type: str) -> contextlib.AbstractContextManager:
