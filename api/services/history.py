@@ -85,15 +85,20 @@ _DROP_OLD_SNAPSHOTS = Prepared(
 )
 
 
-def keep_before_turn(session_id: str, round_no: int, snapshot: str, keep: int) -> None:
-    """Keep ``snapshot`` (the state after ``round_no`` turns) and drop the rows past ``keep``.
+def pack(snapshot: str) -> bytes:
+    """A snapshot as :func:`keep_before_turn` keeps it (made before the turn's transaction)."""
+    return zlib.compress(snapshot.encode("utf-8"), 1)
+
+
+def keep_before_turn(session_id: str, round_no: int, packed: bytes, keep: int) -> None:
+    """Keep ``packed`` (:func:`pack` of the state after ``round_no`` turns) and drop the rows
+    past ``keep``.
 
     The rows past ``keep`` are dropped every ``keep`` turns (one ``DELETE`` per ``keep``
     turns, not per turn), so a session holds between ``keep`` and ``2 × keep`` of them.
     """
     if keep <= 0:
         return
-    packed = zlib.compress(snapshot.encode("utf-8"), 1)
     _KEEP_SNAPSHOT.execute(session_id=session_id, round=round_no, packed=packed, now=now_ms())
     if round_no >= keep and round_no % keep == 0:
         _DROP_OLD_SNAPSHOTS.execute(session_id=session_id, oldest_dropped=round_no - keep)

@@ -835,6 +835,12 @@ class TurnService:
                 error = error[: MAX_ERROR_CHARS - 1] + "…"
             values.update(status=claim.prior_status, error=error)
             save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
+        # Everything the writes need is made before the transaction: on SQLite it holds
+        # the database's one write lock, which every other turn waits for meanwhile.
+        kept = None
+        if snapshot is not None and not claim.rewound and self.keep_snapshots > 0:
+            kept = history.pack(claim.prior_snapshot)
+        exchange_values = {f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
         with write_transaction():
             if save.execute(**values) != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
@@ -847,14 +853,10 @@ class TurnService:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
-                else:
-                    history.keep_before_turn(
-                        claim.session_id, claim.round, claim.prior_snapshot, self.keep_snapshots
-                    )
+                elif kept is not None:
+                    history.keep_before_turn(claim.session_id, claim.round, kept, self.keep_snapshots)
             if rows:
-                _APPEND_EXCHANGE.execute(
-                    **{f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
-                )
+                _APPEND_EXCHANGE.execute(**exchange_values)
             if snapshot is not None and canvas.memory_writes:
                 # Keyed memory is part of the turn: committed with it or not at all.
                 _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
