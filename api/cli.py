@@ -229,23 +229,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(args.host, args.port, args.workers, args.threads, args.dev)
 
 
-def link_hooks() -> list[Callable[..., list[str]]]:
-    """Functions ``quickstart_lines(base_url, tenant_id, agent, token)`` that blueprints offer.
-
-    A feature that has a page or URL to show per agent (the embed page) defines
-    ``quickstart_lines`` in its blueprint module; quickstart prints what it returns.
-    """
-    from api import blueprints
-
-    hooks = []
-    for bp in blueprints.blueprints():
-        module = sys.modules.get(bp.import_name)
-        hook = getattr(module, "quickstart_lines", None)
-        if callable(hook):
-            hooks.append(hook)
-    return hooks
-
-
 #: The dataset the "Docs assistant" sample answers from, made from samples/knowledge/.
 SAMPLE_DATASET = "agentcanvas docs"
 
@@ -275,7 +258,7 @@ def sample_dataset(tenant_id: str) -> str:
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
-    from api.services import tokens
+    from api.services import embed, tokens
 
     config = _open_db()
     limits = app_config.canvas_limits(config)
@@ -294,16 +277,15 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
                 print(f"skipped sample {path.name}: {exc}", file=sys.stderr)
         agents = list(Agent.select().where(Agent.tenant_id == tenant.id).order_by(Agent.title))
         dataset_note = sample_dataset(tenant.id)
-    hooks = link_hooks()
+        # One embed token per run for the agents' embed pages (api.services.embed).
+        embed_token, _ = tokens.create_token(tenant.id, "embed")
     print(f"database: {config['DATABASE_URL']}")
     if dataset_note:
         print(dataset_note)
     for agent in agents:
         print(f"agent {agent.title!r}:")
         print(f"  completions: POST {base_url}/api/v1/agents/{agent.id}/completions")
-        for hook in hooks:
-            for line in hook(base_url, tenant.id, agent, plain):
-                print(f"  {line}")
+        print(f"  embed page: {embed.page_url(base_url, agent.id, embed_token)}")
     print(f"API token (send as 'Authorization: Bearer <token>'): {plain}")
     sys.stdout.flush()
     if args.no_serve:

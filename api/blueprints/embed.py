@@ -17,7 +17,6 @@ See :mod:`api.services.embed` for end users and origins.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from flask import Blueprint, Response, g, render_template, request
 from flask.typing import ResponseReturnValue
@@ -26,13 +25,12 @@ from api import ratelimit
 from api.auth import bearer_token, require_api_token
 from api.blueprints.completions import blocking_reply, sse_reply, turn_request
 from api.blueprints.files import allow_upload_body, upload_reply
-from api.db import Agent, db
-from api.errors import ArgumentError, AuthError, TooLarge
+from api.errors import ArgumentError, AuthError, NotFound, TooLarge
 from api.http import flag, json_body, ok, tenant_id, transcript_page_args
 from api.openapi import Body, Query, spec
 from api.services import embed
 from api.services.agents import get_agent
-from api.services.tokens import create_token, hash_token, tenant_for_token
+from api.services.tokens import hash_token, tenant_for_token
 from api.services.turns import TurnRequest, turn_service
 
 bp = Blueprint("embed", __name__)
@@ -86,8 +84,9 @@ def chat_page(agent_id: str) -> ResponseReturnValue:
                 "(agentcanvas token create --embed).",
             )
         return _error_page(401, "This chat cannot open: its embed token is not valid (revoked or mistyped).")
-    agent = Agent.get_or_none((Agent.id == agent_id) & (Agent.tenant_id == tenant))
-    if agent is None:
+    try:
+        agent = get_agent(tenant, agent_id)
+    except NotFound:
         return _error_page(404, "This chat cannot open: the agent does not exist (or not for this token).")
     html = render_template(
         "embed.html",
@@ -288,17 +287,3 @@ def set_embed_origins(agent_id: str) -> ResponseReturnValue:
 bp.register_blueprint(page_bp)
 bp.register_blueprint(bot_bp)
 bp.register_blueprint(admin_bp)
-
-
-# ---------------------------------------------------------------------- quickstart
-_quickstart_tokens: dict[str, str] = {}
-
-
-def quickstart_lines(base_url: str, tenant_id: str, agent: Any, token: str) -> list[str]:
-    """``agentcanvas quickstart``: each agent's embed page, with one embed token per run."""
-    embed_token = _quickstart_tokens.get(tenant_id)
-    if embed_token is None:
-        with db.connection_context():
-            embed_token, _ = create_token(tenant_id, "embed")
-        _quickstart_tokens[tenant_id] = embed_token
-    return [f"embed page: {embed.page_url(base_url, agent.id, embed_token)}"]

@@ -82,3 +82,19 @@ def test_every_blueprint_defined_in_api_blueprints_is_served():
     package.register_all(app)
     served = set(app.iter_blueprints())
     assert sorted(name for name, bp in defined.items() if bp not in served) == []
+
+
+def test_views_read_models_through_services():
+    """No blueprint module holds a model class: its reads and writes are in api/services/."""
+    from peewee import Model
+
+    package = importlib.import_module("api.blueprints")
+    holding = []
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        holding += [
+            f"{info.name}.{name}"
+            for name, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, Model)
+        ]
+    assert holding == []
