@@ -7,21 +7,33 @@ Bookkeeping in ``data`` (kept in the snapshot while paused):
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-from agent.component.base import ComponentBase
+from agent.component.base import ComponentBase, is_shared
 from agent.errors import FormPause
 from agent.forms import final_values, missing_required, normalize_form, public_form
+
+# Shared params object -> its normalised form (goes with the params when the memo drops them).
+_FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class FormComponent(ComponentBase):
     is_form = True
 
     def form(self) -> dict[str, dict]:
-        """The form's fields (worked out once per canvas: the params do not change)."""
+        """The form's fields, worked out once per params object: once per process for
+        params every canvas shares (read-only, so the fields are too)."""
         form = self.__dict__.get("_form")
         if form is None:
-            form = self._form = normalize_form(self._param.inputs, self.id)
+            param = self._param
+            shared = is_shared(param)
+            form = _FORMS.get(param) if shared else None
+            if form is None:
+                form = normalize_form(param.inputs, self.id)
+                if shared:
+                    _FORMS[param] = form
+            self._form = form
         return form
 
     def start_form(self) -> None:
