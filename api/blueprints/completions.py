@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import Field
 
 from api.auth import require_api_token
+from api.blueprints.openai_compat import openai_reply
 from api.errors import ArgumentError, envelope, retry_headers, turn_failure_status
 from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
 from api.openapi import Body, spec
@@ -202,9 +203,5 @@ def chat_completions() -> ResponseReturnValue:
         raise ArgumentError("`agent_id` is required.")  # RAGFlow's wording
     agent_id = field(body, "agent_id", str)
     if flag(body.get("openai-compatible"), "openai-compatible"):
-        # The OpenAI-compatible feature registers its handler here when installed.
-        handler = current_app.extensions.get("agentcanvas.openai_compatible")
-        if handler is None:
-            raise ArgumentError("'openai-compatible' replies are not available on this server")
-        return handler(agent_id, body)
+        return openai_reply(agent_id, body)
     return _complete(agent_id, body)

@@ -1,7 +1,7 @@
 """OpenAI Chat Completions over an agent: ``POST /api/v1/agents_openai/<id>/chat/completions``.
 
 Also answers ``POST /api/v1/agents/chat/completions`` with ``"openai-compatible": true``
-(``agent_id`` in the body) through ``app.extensions["agentcanvas.openai_compatible"]``.
+(``agent_id`` in the body): :mod:`api.blueprints.completions` calls :func:`openai_reply`.
 An OpenAI client reaches the first with ``base_url=<server>/api/v1/agents_openai/<id>``.
 
 Request: ``messages`` (required, non-empty; the **last user message** is the query:
@@ -49,11 +49,6 @@ _ERROR_TYPES = {
     409: "conflict_error",
     413: "request_too_large",
 }
-
-
-@bp.record_once
-def _install(state: Any) -> None:
-    state.app.extensions["agentcanvas.openai_compatible"] = openai_reply
 
 
 class OpenAIChatBody(Body):
