@@ -264,15 +264,17 @@ def knowledge_blocks(chunks: list[dict], numbers: list[int]) -> str:
 
 
 def dataset_ids_in(canvas: Any) -> list[tuple[str, str]]:
-    """``(component id, dataset id)`` for every literal ``kb_ids`` entry of a canvas,
-    Retrieval components and Agents' Retrieval tools alike."""
-    out = []
+    """``(component id, dataset id)`` for every literal ``kb_ids`` entry of a canvas:
+    Retrieval components and Retrieval tools at any depth (an Agent's tools, the tools
+    of an Agent used as a tool, ...)."""
+    out: list[tuple[str, str]] = []
+
+    def walk(cid: str, cpn: Any) -> None:
+        if isinstance(cpn, Retrieval):
+            out.extend((cid, i) for i in cpn.literal_dataset_ids())
+        for tool in (getattr(cpn, "_tools", None) or {}).values():
+            walk(tool.id, tool)
+
     for cid, cpn in canvas.components.items():
-        tools = getattr(cpn, "_tools", {}) or {}
-        for candidate in [cpn, *tools.values()]:
-            if isinstance(candidate, Retrieval):
-                out.extend(
-                    (candidate.id if candidate is not cpn else cid, i)
-                    for i in candidate.literal_dataset_ids()
-                )
+        walk(cid, cpn)
     return out

@@ -159,6 +159,32 @@ def test_another_tenants_dataset_is_not_found_at_save_and_at_run(app, api: Api, 
     assert resp.status_code == 404 and "'nope'" in resp.json["message"]
 
 
+def _agent_with_tools(tools: list) -> dict:
+    return {"llm_id": "test-model", "sys_prompt": "Use the tools.", "tools": tools}
+
+
+def _retrieval_tool(kb_ids: list) -> dict:
+    return {"component_name": "Retrieval", "name": "search_docs", "params": {"kb_ids": kb_ids}}
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_a_retrieval_tool_at_any_depth_is_checked_at_save(app, api: Api, depth: int):
+    """Retrieval as an Agent's tool, inside an Agent used as a tool, ...: its kb_ids are
+    the saving tenant's datasets or the save is refused, naming the tool and the dataset."""
+    ds, _ = parsed_dataset(api)
+    tool = _retrieval_tool([ds])
+    for level in range(depth - 1):
+        tool = {"component_name": "Agent", "name": f"helper{level}", "params": _agent_with_tools([tool])}
+    dsl = dsl_of({"Agent:Outer": ("Agent", _agent_with_tools([tool]), [])})
+    assert api.post("/agents", json={"title": "mine", "dsl": dsl}).status_code == 200
+
+    other = Api(app, make_token(app, "tenant-b"))
+    resp = other.post("/agents", json={"title": "steal", "dsl": dsl})
+    assert resp.status_code == 404, resp.json
+    assert "Agent:Outer-->" in resp.json["message"] and "search_docs" in resp.json["message"]
+    assert repr(ds) in resp.json["message"]
+
+
 @pytest.mark.parametrize(
     "params, fix",
     [
