@@ -1,16 +1,16 @@
 """Running on a database of several nodes: which node to use, and what its errors mean.
 
 **Several hosts.** A MySQL URL may name several hosts
-(``mysql://u@h1:3306,h2:3306,h3:3306/db``, see :mod:`api.db.urls`). Each process keeps a
+(``mysql://u@h1:3306,h2:3306,h3:3306/db``, see :mod:`api.db.urls`). Each pool keeps a
 :class:`HostList`: a new connection goes to the first host in the URL's order that is
-not cooling down; a host whose connection failed, dropped, or that answered "not ready"
-cools down for :data:`HOST_COOL_DOWN_SECONDS` and is tried again only after that (or
-when no other host answers). A pooled connection on a later host is dropped at
-check-out once an earlier host's cool-down has ended, so a worker comes back to its
-first host within a cool-down of that host's return (one connection attempt per
-cool-down while it is still down). Postgres URLs with several hosts are libpq's own
-syntax and libpq picks the host (``target_session_attrs`` passes through); the pool
-comes back to the first host the same way.
+up. A host whose connection failed or dropped, or that answered "not ready", is down:
+passed over (tried only when no other host answers) until a background probe reaches
+it, every :data:`HOST_COOL_DOWN_SECONDS`. Then pooled connections on later hosts are
+dropped at check-out, so a worker is back on its first host within one probe interval
+of that host's return, and no request ever waits on a host that is down. Postgres URLs
+with several hosts are libpq's own syntax: libpq gets the hosts that are up first and
+picks (``target_session_attrs`` and the other options pass through); the rest is the
+same.
 
 **Galera.** When a MySQL server says ``wsrep_on=ON``, every new connection first checks
 ``wsrep_ready`` (a node that is joining, donating or cut off from the primary component
@@ -32,6 +32,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("agentcanvas.db")
@@ -52,7 +53,7 @@ log = logging.getLogger("agentcanvas.db")
 #: (``mysql://u@h1,h2/db?wsrep_sync_wait=1``).
 WSREP_SYNC_WAIT = 3
 
-#: Seconds a host that failed is passed over before it is tried again.
+#: Seconds between two probes of a host that is down (a connection of the prober's own).
 HOST_COOL_DOWN_SECONDS = 5.0
 
 #: How many times a single statement outside a transaction is run again after a write
@@ -130,45 +131,51 @@ def node_unusable(exc: BaseException) -> bool:
 
 
 class HostList:
-    """The hosts of one database URL, in preference order, with their cool-downs.
+    """The hosts of one database URL, in preference order, and which of them are down.
 
-    Thread-safe; one per pool. ``clock`` is ``time.monotonic`` (given for tests of
-    the order alone).
+    A host marked down stays down until ``probe(index)`` — a connection of its own,
+    made by a background thread every ``cool_down`` seconds while some host is down —
+    succeeds, or until a request's connection to it does (when no other host
+    answered). So a request never waits for a host that is down to time out: on a
+    network that drops packets instead of refusing them that is ``connect_timeout``
+    (10 s) per attempt, and the pool makes connections under its lock. Thread-safe;
+    one per pool.
     """
 
     def __init__(
         self,
         hosts: tuple[tuple[str, int], ...],
         cool_down: float = HOST_COOL_DOWN_SECONDS,
-        clock: Any = time.monotonic,
+        probe: Callable[[int], None] | None = None,
     ):
         self.hosts = hosts
         self.cool_down = cool_down
-        self._clock = clock
-        self._down_until = [0.0] * len(hosts)
+        self._probe = probe
+        #: index of each host that is down -> when it was marked so (monotonic)
+        self._down: dict[int, float] = {}
         self._lock = threading.Lock()
+        #: the probing thread and its stop flag, while one runs
+        self._prober: tuple[threading.Thread, threading.Event] | None = None
 
     def candidates(self) -> list[int]:
-        """Host indexes to try, in order: those not cooling down (URL order), then the
-        others, the one whose cool-down ends first first (when none other answers, a
-        host that failed a moment ago is still worth a try)."""
-        now = self._clock()
+        """Host indexes to try, in order: the hosts that are up (URL order), then those
+        that are down, the longest down first (when no other answers, one of them may be
+        back before its probe noticed)."""
         with self._lock:
-            ready = [i for i, until in enumerate(self._down_until) if until <= now]
-            cooling = sorted(
-                (i for i, until in enumerate(self._down_until) if until > now),
-                key=self._down_until.__getitem__,
-            )
-        return ready + cooling
+            down = sorted(self._down, key=self._down.__getitem__)
+        if down:
+            self._ensure_prober()  # (again, if the pool was closed and is used again)
+        return [i for i in range(len(self.hosts)) if i not in self._down] + down
 
     def mark_down(self, index: int, reason: object = "") -> None:
-        """Pass host ``index`` over for a cool-down (logged when it was in use until now)."""
+        """Pass host ``index`` over until a probe reaches it (logged when it was up until now)."""
         with self._lock:
-            was_up = self._down_until[index] == 0.0
-            self._down_until[index] = self._clock() + self.cool_down
+            was_up = index not in self._down
+            self._down.setdefault(index, time.monotonic())
+        self._ensure_prober()
         if was_up and len(self.hosts) > 1:
             log.warning(
-                "database host %s is down or not ready (%s); using the others, trying it again in %g s",
+                "database host %s is down or not ready (%s); using the others, trying it again every %g s",
                 self.where(index),
                 reason or "connection lost",
                 self.cool_down,
@@ -176,24 +183,54 @@ class HostList:
 
     def mark_up(self, index: int) -> None:
         with self._lock:
-            was_down = self._down_until[index] != 0.0
-            self._down_until[index] = 0.0
+            was_down = self._down.pop(index, None) is not None
         if was_down and len(self.hosts) > 1:
             log.warning("database host %s answers again and is used", self.where(index))
 
     def is_down(self, index: int) -> bool:
-        with self._lock:
-            return self._down_until[index] > self._clock()
+        return index in self._down
 
     def better_than(self, index: int) -> bool:
-        """Whether a host before ``index`` in the URL is not cooling down (worth trying again)."""
-        now = self._clock()
-        with self._lock:
-            return any(until <= now for until in self._down_until[:index])
+        """Whether a host before ``index`` in the URL is up."""
+        return any(i not in self._down for i in range(index))
 
     def where(self, index: int) -> str:
         host, port = self.hosts[index]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def _ensure_prober(self) -> None:
+        with self._lock:
+            if self._probe is None or self._prober is not None:
+                return
+            stop = threading.Event()
+            prober = threading.Thread(
+                target=self._probe_loop, args=(stop,), name="agentcanvas-db-probe", daemon=True
+            )
+            self._prober = (prober, stop)
+        prober.start()
+
+    def stop(self) -> None:
+        """End the probing thread (the pool is closed); it starts again when needed."""
+        with self._lock:
+            if self._prober is not None:
+                self._prober[1].set()
+                self._prober = None
+
+    def _probe_loop(self, stop: threading.Event) -> None:
+        while not stop.wait(self.cool_down):
+            with self._lock:
+                down = sorted(self._down)
+                if not down:
+                    if self._prober is not None and self._prober[1] is stop:
+                        self._prober = None
+                    return
+            for index in down:
+                try:
+                    self._probe(index)
+                except Exception as exc:  # noqa: BLE001 - still down; said once, when it went down
+                    log.debug("database host %s still down: %s", self.where(index), exc)
+                else:
+                    self.mark_up(index)
 
 
 def prepare_mysql_connection(conn: Any, where: str, sync_wait: int = WSREP_SYNC_WAIT) -> bool:

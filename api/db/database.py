@@ -17,7 +17,6 @@ import contextlib
 import errno
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -121,7 +120,7 @@ class _SafeReconnectMixin:
         """Let the host of this thread's connection cool down (``exc``: it is gone or not ready)."""
         conn = self._state.conn
         if conn is not None and id(conn) in self._conn_hosts:
-            self.host_list.mark_down(self._conn_hosts[id(conn)][0], exc)
+            self.host_list.mark_down(self._conn_hosts[id(conn)], exc)
 
     def _reopen(self) -> None:
         # close()/connect() reset the thread's state, including the stack that
@@ -146,12 +145,14 @@ class _SafeReconnectMixin:
 
     def _may_keep(self, conn) -> bool:  # noqa: ANN001 - a driver connection
         hosts = self.host_list
-        if len(hosts.hosts) < 2 or id(conn) not in self._conn_hosts:
+        index = self._conn_hosts.get(id(conn))
+        if len(hosts.hosts) < 2 or index is None:
             return True
-        index, since = self._conn_hosts[id(conn)]
-        if hosts.is_down(index):
-            return False
-        return not (index > 0 and time.monotonic() - since >= hosts.cool_down and hosts.better_than(index))
+        return not (hosts.is_down(index) or hosts.better_than(index))
+
+    def close_all(self) -> None:
+        self.host_list.stop()
+        super().close_all()
 
     def _close_raw(self, conn) -> None:  # noqa: ANN001 - peewee's signature
         self._conn_hosts.pop(id(conn), None)
@@ -166,15 +167,25 @@ class _HostTracking:
 
     def __init__(self, database, hosts=(), cool_down=None, **kwargs):  # noqa: ANN001, ANN003 - peewee's
         self.host_list = cluster.HostList(
-            tuple(hosts), cluster.HOST_COOL_DOWN_SECONDS if cool_down is None else cool_down
+            tuple(hosts),
+            cluster.HOST_COOL_DOWN_SECONDS if cool_down is None else cool_down,
+            probe=self._probe_host,
         )
-        #: id of a driver connection -> (its host's index, when it was made)
-        self._conn_hosts: dict[int, tuple[int, float]] = {}
+        #: id of a driver connection -> its host's index
+        self._conn_hosts: dict[int, int] = {}
         super().__init__(database, **kwargs)
 
     def _track(self, conn, index: int) -> None:  # noqa: ANN001 - a driver connection
         self.host_list.mark_up(index)
-        self._conn_hosts[id(conn)] = (index, time.monotonic())
+        self._conn_hosts[id(conn)] = index
+
+    def _open_on(self, index: int):  # noqa: ANN202 - a driver connection
+        """A new connection to host ``index`` alone, ready for use (or the driver's error)."""
+        raise NotImplementedError
+
+    def _probe_host(self, index: int) -> None:
+        """Raise unless host ``index`` takes a connection and is ready (see :class:`~api.db.cluster.HostList`)."""
+        self._open_on(index).close()
 
 
 class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
@@ -192,28 +203,49 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
         self.wsrep_sync_wait = wsrep_sync_wait
         super().__init__(database, **kwargs)
 
+    def _open_on(self, index: int):  # noqa: ANN202 - a driver connection
+        import pymysql
+
+        host, port = self.host_list.hosts[index]
+        params = dict(self.connect_params)
+        read_timeout = params.pop("read_timeout", None)
+        # The server's greeting and the login are read with the connect timeout, so that
+        # a host that takes the TCP connection and never answers (a frozen server) fails
+        # the connection instead of hanging it forever (pymysql reads them with the read
+        # timeout, by default none); statements then read as the URL says.
+        handshake_timeout = read_timeout or params.get("connect_timeout")
+        conn = pymysql.connect(
+            database=self.database,
+            autocommit=True,
+            host=host,
+            port=port,
+            read_timeout=handshake_timeout,
+            **params,
+        )
+        conn._read_timeout = read_timeout  # noqa: SLF001 - pymysql has no setter; applied at the next read
+        try:
+            self.galera = cluster.prepare_mysql_connection(
+                conn, self.host_list.where(index), self.wsrep_sync_wait
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.close()
+            raise
+        return conn
+
     def _connect(self):  # noqa: ANN202 - peewee's signature
         import pymysql
 
         hosts = self.host_list
         failures: list[tuple[str, Exception]] = []
         for index in hosts.candidates():
-            host, port = hosts.hosts[index]
-            where = hosts.where(index)
-            conn = None
             try:
-                conn = pymysql.connect(
-                    database=self.database, autocommit=True, host=host, port=port, **self.connect_params
-                )
-                self.galera = cluster.prepare_mysql_connection(conn, where, self.wsrep_sync_wait)
+                conn = self._open_on(index)
             except pymysql.MySQLError as exc:
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        conn.close()
                 if not cluster.node_unusable(exc):
                     raise
                 hosts.mark_down(index, exc)
-                failures.append((where, exc))
+                failures.append((hosts.where(index), exc))
                 continue
             self._track(conn, index)
             return conn
@@ -230,16 +262,31 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
 
 class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
     """Postgres on one of several hosts: libpq tries them in order (``host=h1,h2``,
-    ``port=p1,p2``, with ``target_session_attrs`` and the URL's other options as given);
-    the host it chose is noted, and those before it cool down."""
+    ``port=p1,p2``, with ``target_session_attrs`` and the URL's other options as given),
+    those that are up first; the host it chose is noted, and those it passed over are
+    down until a probe reaches them (:class:`~api.db.cluster.HostList`)."""
+
+    def _open_on(self, index: int):  # noqa: ANN202 - a driver connection
+        host, port = self.host_list.hosts[index]
+        return self._adapter.connect(self, **{**self.connect_params, "host": host, "port": str(port)})
 
     def _connect(self):  # noqa: ANN202 - peewee's signature
-        conn = super()._connect()
+        # libpq tries the hosts in the order given: those that are up first.
+        hosts = self.host_list
+        order = hosts.candidates()
+        params = {
+            **self.connect_params,
+            "host": ",".join(hosts.hosts[i][0] for i in order),
+            "port": ",".join(str(hosts.hosts[i][1]) for i in order),
+        }
+        conn = self._adapter.connect(self, **params)
+        if self._isolation_level:
+            conn.set_isolation_level(self._isolation_level)
+        conn.autocommit = True
         info = conn.info
-        hosts = self.host_list.hosts
-        index = next((i for i, (h, p) in enumerate(hosts) if h == info.host and p == info.port), 0)
-        for earlier in range(index):
-            self.host_list.mark_down(earlier, "libpq passed it over")
+        index = next((i for i in order if hosts.hosts[i] == (info.host, info.port)), order[0])
+        for earlier in order[: order.index(index)]:
+            hosts.mark_down(earlier, "libpq passed it over")
         self._track(conn, index)
         return conn
 
@@ -479,6 +526,7 @@ def ensure_server_database(database: Database) -> None:
         ) from None
     finally:
         admin.close()
+        admin.host_list.stop()
 
 
 def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
@@ -510,6 +558,7 @@ def _ensure_postgres_database(database: PooledPostgresqlDatabase) -> None:
         ) from None
     finally:
         admin.close()
+        admin.host_list.stop()
 
 
 def _where(hosts: cluster.HostList) -> str:

@@ -11,12 +11,14 @@ SIGKILL, as a crash would.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import pytest
 
 from api import create_app
-from api.db import db, init_database
+from api.db import db, init_database, open_database
 from tests.api.conftest import Api, echo_dsl, make_token
 from tests.e2e.conftest import until
 from tests.e2e.faults import PrivateMariaDB, PrivatePostgres, PrivateServer
@@ -100,3 +102,34 @@ def test_a_worker_moves_to_the_next_host_and_comes_back(two_servers, caplog):
             app.extensions["agentcanvas.parsing"].stop()
         if db.obj is not None:
             db.obj.close_all()
+
+
+def test_a_frozen_host_is_passed_over_not_waited_for(tmp_path):
+    """A server that takes TCP connections and never answers (SIGSTOP, as a hung machine
+    or a node stuck behind a broken network): the connection to it fails after the
+    connect timeout and the next host answers; once it runs again, the worker is back."""
+    frozen = PrivateMariaDB(tmp_path / "frozen").install()
+    frozen.start()
+    hosts = f"127.0.0.1:{frozen.port},127.0.0.1:3306"  # the second: the shared MariaDB
+    database = open_database(f"mysql://root@{hosts}/information_schema?connect_timeout=1")
+    database.host_list.cool_down = 0.5
+
+    def port() -> int:
+        with database.connection_context():
+            return database.execute_sql("SELECT @@port").fetchone()[0]
+
+    try:
+        assert port() == frozen.port
+        database.close_all()  # the next request needs a new connection
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        answered: list[int] = []
+        asking = threading.Thread(target=lambda: answered.append(port()), daemon=True)
+        asking.start()
+        asking.join(60)  # a safety net: before the fix, this waited forever
+        assert answered == [3306]
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        until(lambda: port() == frozen.port, "the worker to come back to the host that runs again")
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        database.close_all()
+        frozen.remove()
