@@ -18,7 +18,7 @@ says ``OFF`` and is treated like a host that is down), then sets
 ``wsrep_sync_wait`` to :data:`WSREP_SYNC_WAIT`.
 
 **Errors.** :func:`write_conflict` (MySQL 1213: an InnoDB deadlock or a Galera
-certification failure; Postgres 40001/40P01): the statement or transaction was rolled
+certification failure; TiDB 8002, 8005, 9007; Postgres and CockroachDB 40001, 40P01): the statement or transaction was rolled
 back whole, so running it again is safe. :func:`node_unusable`: the connection is gone
 (2003, 2006, 2013, 2055, a closed socket) or the node refuses work (1047 "WSREP has not
 yet prepared node for application use", 1180 at ``COMMIT`` "Not connected to Primary
@@ -64,7 +64,10 @@ CONFLICT_RETRIES = 3
 _CONNECTION_CODES = frozenset({2003, 2006, 2013, 2055})
 # The node is up but refuses work (Galera: not in the primary component, not synced).
 _NOT_READY_CODES = frozenset({1047})
-_CONFLICT_CODES = frozenset({1213})
+# 1213: a deadlock, or a Galera certification failure. TiDB (its error-code reference):
+# 8002 a SELECT ... FOR UPDATE transaction that met a commit conflict, 8005 and 9007
+# write conflicts; each rolled back whole, "retry the transaction".
+_CONFLICT_CODES = frozenset({1213, 8002, 8005, 9007})
 _CONFLICT_SQLSTATES = frozenset({"40001", "40P01"})
 
 
