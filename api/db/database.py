@@ -56,7 +56,7 @@ class _SafeReconnectMixin:
     is reconnected: the transaction is lost and the caller must know.
 
     With several hosts (:mod:`api.db.cluster`), the host of a connection that dropped or
-    whose node is not ready cools down, and the fresh connection goes to another one. A
+    whose node is not ready is marked down, and the fresh connection goes to another one. A
     statement the node refused before running it (Galera's 1047) is run again there,
     a write too; so is a single statement rolled back by a write conflict (1213, a
     Galera certification failure), up to :data:`~api.db.cluster.CONFLICT_RETRIES` times.
@@ -117,7 +117,7 @@ class _SafeReconnectMixin:
         return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
 
     def _leave_host(self, exc: Exception) -> None:
-        """Let the host of this thread's connection cool down (``exc``: it is gone or not ready)."""
+        """Mark the host of this thread's connection down (``exc``: it is gone or not ready)."""
         conn = self._state.conn
         if conn is not None and id(conn) in self._conn_hosts:
             self.host_list.mark_down(self._conn_hosts[id(conn)], exc)
@@ -136,7 +136,7 @@ class _SafeReconnectMixin:
 
     def _connect(self):  # noqa: ANN202 - peewee's signature
         # The pool hands out its idle connections first: pass over those on a host that
-        # cools down, and those on a later host once an earlier one may be back.
+        # is down, and those on a later host once an earlier one is up again.
         while True:
             conn = super()._connect()
             if self._may_keep(conn):
@@ -192,7 +192,7 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
     """MySQL on the first usable of several hosts (:class:`~api.db.cluster.HostList`).
 
     A new connection tries the hosts in the list's order; a host that refuses the
-    connection, drops it, or is a Galera node that is not ready cools down and the next
+    connection, drops it, or is a Galera node that is not ready is marked down and the next
     one is tried. A connection to a Galera node reads its own writes across the
     cluster (:func:`~api.db.cluster.prepare_mysql_connection`). If no host answers, the
     error names each host with its reason (one host: the driver's error as it is).
