@@ -20,7 +20,8 @@ a 200. A ratio is of two subjects measured in the same round.
 
 Then the price of read-your-writes: on node 1 of the idle cluster, a primary-key
 ``SELECT`` and a conditional ``UPDATE`` (what a lease claim is) with ``wsrep_sync_wait``
-0 and 3 (what the backend sets, ``api/db/cluster.py``), interleaved, microseconds each.
+0 and 3 (what the backend sets, ``api/db/cluster.py``), statement by statement in turn
+(which goes first alternating), the median microseconds of each.
 
 Then the failover: with galera-3 under the same load, node 2 is SIGKILLed; printed are
 the seconds from the kill to the first 200 on the server whose URL names node 2 first
@@ -124,33 +125,40 @@ def failover(subject: Subject, cluster: GaleraCluster, seconds_before: float = 3
     }
 
 
-def sync_wait_cost(cluster: GaleraCluster, database: str, rounds: int, statements: int = 1000) -> dict:
-    """Microseconds per SELECT and per conditional UPDATE on node 1 by ``wsrep_sync_wait``."""
+def sync_wait_cost(cluster: GaleraCluster, database: str, statements: int = 2000) -> dict:
+    """Median microseconds of one SELECT and one conditional UPDATE on node 1, by
+    ``wsrep_sync_wait``: two connections (0 and 3) taking turns statement by statement,
+    so that the machine's drift slows both alike."""
     cluster.query(
         1, "CREATE TABLE IF NOT EXISTS bench_sync_wait (id INT PRIMARY KEY, v INT)", database=database
     )
     cluster.query(1, "REPLACE INTO bench_sync_wait VALUES (1, 0)", database=database)
-    conn = pymysql.connect(
-        host="127.0.0.1", port=cluster.ports[1], user="root", database=database, autocommit=True
-    )
+    conns = {
+        level: pymysql.connect(
+            host="127.0.0.1", port=cluster.ports[1], user="root", database=database, autocommit=True
+        )
+        for level in (0, 3)
+    }
     timings: dict[tuple[int, str], list[float]] = {}
     try:
-        with conn.cursor() as cur:
-            for _ in range(rounds):
-                for level in (0, 3):
-                    cur.execute(f"SET SESSION wsrep_sync_wait = {level}")
-                    for kind, sql in (
-                        ("select", "SELECT v FROM bench_sync_wait WHERE id = 1"),
-                        ("update", "UPDATE bench_sync_wait SET v = v + 1 WHERE id = 1 AND v >= 0"),
-                    ):
-                        begin = time.perf_counter()
-                        for _ in range(statements):
-                            cur.execute(sql)
-                            cur.fetchall()
-                        per = (time.perf_counter() - begin) / statements * 1e6
-                        timings.setdefault((level, kind), []).append(per)
+        cursors = {level: conn.cursor() for level, conn in conns.items()}
+        for level, cur in cursors.items():
+            cur.execute(f"SET SESSION wsrep_sync_wait = {level}")
+        for n in range(statements):
+            for kind, sql in (
+                ("select", "SELECT v FROM bench_sync_wait WHERE id = 1"),
+                ("update", "UPDATE bench_sync_wait SET v = v + 1 WHERE id = 1 AND v >= 0"),
+            ):
+                # Which goes first alternates: the statement right after an UPDATE pays for it.
+                for level in (0, 3) if n % 2 else (3, 0):
+                    cur = cursors[level]
+                    begin = time.perf_counter()
+                    cur.execute(sql)
+                    cur.fetchall()
+                    timings.setdefault((level, kind), []).append((time.perf_counter() - begin) * 1e6)
     finally:
-        conn.close()
+        for conn in conns.values():
+            conn.close()
     return {key: statistics.median(values) for key, values in timings.items()}
 
 
@@ -226,7 +234,7 @@ def main() -> None:
                 + ", ".join(f"{name} {statistics.median(values):.2f}" for name, values in ratios.items())
             )
 
-            cost = sync_wait_cost(cluster, database, args.rounds)
+            cost = sync_wait_cost(cluster, database)
             print("\nwsrep_sync_wait on node 1, idle cluster (median microseconds per statement):")
             for kind in ("select", "update"):
                 print(
