@@ -56,6 +56,15 @@ class TwoServers:
     def load(self) -> CounterLoad:
         return CounterLoad(self.clients, self.agent_id, self.sessions, workers=CLIENTS)
 
+    def clients_on(self, node: int) -> int:
+        """Connections of our servers to node ``node`` (not Galera's appliers, not this one)."""
+        return self.cluster.query(
+            node,
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+            " WHERE DB = %s AND USER <> 'system user' AND ID <> CONNECTION_ID()",
+            self.database,
+        )[0][0]
+
     def stored(self, node: int = 3):  # noqa: ANN201 - see galera_load.stored_counter
         return stored_counter(lambda sql, *args: self.cluster.query(node, sql, *args, database=self.database))
 
@@ -146,6 +155,9 @@ def test_node_killed_mid_load_server_moves_to_another_node(servers):
         "server B to answer turns after node 2 is back",
         60,
     )
+    # ... and goes back to node 2, its first host, once that host's cool-down is over
+    # (server A and the CLI name node 1 first, which stayed up: only B connects to node 2).
+    until(lambda: servers.clients_on(2), "server B to use node 2 again", 60, step=0.5)
     load.stop()
 
     during = [r for r in load.replies if killed < r.sent and r.at < down and r.server == 1]
