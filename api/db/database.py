@@ -259,6 +259,17 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
 class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, _HostsMySQLDatabase):
     """Pooled MySQL/MariaDB through pymysql on one of several hosts, reconnecting dropped connections."""
 
+    def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a pymysql connection
+        # The check-out ping waits at most the connect timeout: a server that stopped
+        # answering (frozen, or behind a network that drops packets) would otherwise
+        # hold it, and the pool's lock with it, forever.
+        read_timeout = conn._read_timeout  # noqa: SLF001 - pymysql has no getter or setter
+        conn._read_timeout = read_timeout or self.connect_params.get("connect_timeout")  # noqa: SLF001
+        try:
+            return super()._is_closed(conn)
+        finally:
+            conn._read_timeout = read_timeout  # noqa: SLF001
+
 
 class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
     """Postgres on one of several hosts: libpq tries them in order (``host=h1,h2``,
