@@ -14,8 +14,9 @@ SQLite subjects run in WAL mode with the same ``synchronous`` setting, reported 
 row groups: ``NORMAL`` (our default) and ``FULL`` (SQLite's default, an fsync per
 commit, which LangGraph's checkpointer gets unless told otherwise):
 
-* **ours**: the turn service (read, lease claim, canvas, one commit per request), HTTP
-  excluded (``bench/http.py`` measures over HTTP);
+* **ours**: the turn service (read, canvas, one commit per request: the intake form's
+  components are all side-effect-free, so no lease is taken), HTTP excluded
+  (``bench/http.py`` measures over HTTP);
 * **floor, 1 commit**: a real minimal turn per request, same driver, no ORM: read the
   snapshot row, parse it, append the exchange, write it back with a version check,
   append two message rows, commit (:class:`support.floor_app.Store`);
