@@ -65,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     print(
         f"removed {report.removed} sessions ({report.expired} expired, {report.deleted} deleted) and "
-        f"{report.memory_entries} keyed memory entries in {report.batches} batches"
+        f"{report.memory_entries} keyed memory entries and {report.files} uploaded files in {report.batches} batches"
     )
     return 0
 

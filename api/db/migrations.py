@@ -47,6 +47,7 @@ from api.db.models import (
     RateLimitCounter,
     SchemaVersion,
     Session,
+    SessionFile,
     SessionSnapshot,
     SessionTrash,
     Tenant,
@@ -171,6 +172,12 @@ def _add_releases(database: Database) -> None:
     )
 
 
+def _add_session_files(database: Database) -> None:
+    SessionFile.create_table(safe=True)
+    # Uploads made before: which sessions read them is not known, so the sweep leaves them.
+    _add_columns(database, UploadFile._meta.table_name, {"sweepable": BooleanField(default=False)})
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -191,6 +198,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
     (12, "mcp_server: the MCP servers of a tenant", _create_mcp_servers),
     (13, "webhook_log: the runs of agents' webhooks", _create_webhook_logs),
     (14, "agent_version.release, agent.release_version_id: drafts and releases", _add_releases),
+    (
+        15,
+        "session_file, upload_file.sweepable: a session's files removed with it by the sweep",
+        _add_session_files,
+    ),
 ]
 
 

@@ -18,6 +18,7 @@ from peewee import (
     BlobField,
     BooleanField,
     CharField,
+    CompositeKey,
     FloatField,
     IntegerField,
     Model,
@@ -446,9 +447,26 @@ class UploadFile(BaseModel):
     sha256 = CharField(max_length=64)
     text_chars = BigIntegerField(default=0)
     create_time = BigIntegerField(default=now_ms)
+    #: Whether the sessions that use it are recorded (:class:`SessionFile`), so the sweep
+    #: may remove it: true for every upload since migration 15; older ones stay (false)
+    #: until their agent is deleted, since nothing says which sessions still read them.
+    sweepable = BooleanField(default=True)
 
     class Meta:
         indexes = ((("tenant_id", "create_time"), False),)
+
+
+class SessionFile(BaseModel):
+    """A session used an uploaded file (attached to a turn or answered in a ``file``
+    field), recorded with the turn's commit. The sweep removes a file once no session
+    that used it is left (:mod:`api.services.retention`)."""
+
+    session_id = CharField(max_length=32)
+    file_id = CharField(max_length=32)
+
+    class Meta:
+        primary_key = CompositeKey("session_id", "file_id")
+        indexes = ((("file_id",), False),)
 
 
 class FilePiece(BaseModel):
@@ -532,6 +550,7 @@ ALL_MODELS = (
     FullTextEntry,
     UploadFile,
     FilePiece,
+    SessionFile,
     RateLimitCounter,
     McpServer,
     WebhookLog,

@@ -11,11 +11,22 @@
 * :class:`TurnFiles` is the :class:`agent.files.FileService` a turn's canvas gets:
   it finds files of the turn's tenant only and, for an embed visitor, of that visitor
   only; anything else is "not found", like every foreign id.
+* **A file lives as long as the sessions that use it.** Uploads are made for an agent,
+  not a session (RAGFlow's route takes no session), so a file is tied to a session when
+  a turn of that session takes it (attached, or answered in a ``file`` field): the
+  turn's commit records a :class:`~api.db.SessionFile` row (:func:`record_session_files`).
+  When the sweep clears out deleted or expired sessions it removes their files that no
+  other session uses (:func:`delete_unused_files`), and it removes uploads that no
+  session took within the session lifetime (the agent's ``session_ttl_seconds``, else
+  ``session.ttl_seconds``; none when that is 0) — see :mod:`api.services.retention`.
+  Files uploaded before this was recorded (``sweepable`` false) are left alone, since
+  nothing says which sessions still read them; they go with their agent.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -23,11 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from peewee import fn
+
 from agent.docparse import SUPPORTED_IMAGE_TYPES
-from agent.files import check_file, ref_id
+from agent.files import check_file, is_file_list, ref_id
 from agent.settings import data_home
-from api.db import FilePiece, UploadFile, db, write_transaction
+from api.db import FilePiece, SessionFile, UploadFile, db, write_transaction
 from api.errors import ArgumentError, NotFound, TooLarge
+
+log = logging.getLogger("agentcanvas.files")
 
 STORES = ("database", "directory")
 MAX_NAME_CHARS = 255
@@ -242,6 +257,65 @@ def delete_agent_files(agent_id: str) -> int:
     ids = UploadFile.select(UploadFile.id).where(UploadFile.agent_id == agent_id)
     FilePiece.delete().where(FilePiece.file_id.in_(ids)).execute()
     return UploadFile.delete().where(UploadFile.agent_id == agent_id).execute()
+
+
+# ---------------------------------------------------------------------- sessions' files
+def files_of_turn(attached: list, answers: dict) -> list[str]:
+    """The ids of the files a turn took: ``attached`` (descriptors or bare ids) and the
+    descriptor lists among the form ``answers``."""
+    ids = {ref_id(ref) for ref in attached if isinstance(ref, (str, dict))}
+    for value in answers.values():
+        if is_file_list(value):
+            ids.update(d["id"] for d in value)
+    return sorted(i for i in ids if i)
+
+
+def record_session_files(session_id: str, file_ids: list[str]) -> None:
+    """Record that the session uses these files (inside the turn's write transaction)."""
+    if file_ids:
+        SessionFile.insert_many(
+            [{"session_id": session_id, "file_id": file_id} for file_id in file_ids]
+        ).on_conflict_ignore().execute()
+
+
+def delete_unused_files(file_ids: list[str]) -> list[UploadFile]:
+    """Delete those of ``file_ids`` that no session uses any more (and that the sweep may
+    remove, see the module docstring), with their database pieces; inside the caller's
+    write transaction. Returns the rows deleted: a directory store's files are removed
+    after the commit with :func:`remove_stored_files`.
+
+    A turn that takes the file while this runs in another session could record its use
+    just after the file is gone; that turn has read the file already, a later one of that
+    session finds it missing.
+    """
+    if not file_ids:
+        return []
+    unused = list(
+        UploadFile.select(UploadFile.id, UploadFile.tenant_id, UploadFile.store).where(
+            UploadFile.id.in_(file_ids)
+            & UploadFile.sweepable
+            & ~fn.EXISTS(SessionFile.select(SessionFile.file_id).where(SessionFile.file_id == UploadFile.id))
+        )
+    )
+    if unused:
+        ids = [row.id for row in unused]
+        FilePiece.delete().where(FilePiece.file_id.in_(ids)).execute()
+        UploadFile.delete().where(UploadFile.id.in_(ids)).execute()
+    return unused
+
+
+def remove_stored_files(rows: list[UploadFile], settings: FileSettings | None) -> None:
+    """Remove the directory store's files of rows already deleted (after the commit)."""
+    for row in rows:
+        if row.store != "directory":
+            continue
+        if settings is None or not settings.directory:
+            log.warning(
+                "file %s is in a directory store, and files.directory is not set: left on disk", row.id
+            )
+            continue
+        for path in _paths(settings, row).values():
+            path.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------- reading

@@ -8,6 +8,9 @@
   (``AGENTCANVAS_SESSION_TTL_SECONDS``; 0 = forever), is trashed by the sweep.
 * **Keyed memory** (``memory_key``) lives ``memory.ttl_seconds``
   (``AGENTCANVAS_MEMORY_TTL_SECONDS``; 0 = forever) from when it was written.
+* **Files** uploaded for conversations go with the last session that used them, and an
+  upload no session took within the session lifetime goes too (the rules and why:
+  :mod:`api.services.files`).
 
 :func:`sweep` does the work in **bounded batches**, each its own short transaction,
 so a running turn is never held up by more than one batch. Only one worker sweeps at
@@ -35,13 +38,16 @@ from api.db import (
     MemoryEntry,
     MessageLog,
     Session,
+    SessionFile,
     SessionSnapshot,
     SessionTrash,
+    UploadFile,
     WorkerLease,
     db,
     now_ms,
     write_transaction,
 )
+from api.services.files import FileSettings, delete_unused_files, remove_stored_files
 from api.services.leases import LeaseKeeper, lease_free, new_owner
 
 log = logging.getLogger("agentcanvas.retention")
@@ -58,6 +64,8 @@ class RetentionSettings:
     memory_ttl_seconds: int = 0
     batch: int = 500
     lease_seconds: float = 30.0
+    #: Where files are stored (a directory store's files are removed from there).
+    files: FileSettings | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> RetentionSettings:
@@ -66,18 +74,20 @@ class RetentionSettings:
             memory_ttl_seconds=int(config["MEMORY_TTL_SECONDS"]),
             batch=int(config["SWEEP_BATCH"]),
             lease_seconds=float(config["LEASE_SECONDS"]),
+            files=FileSettings.from_config(config),
         )
 
 
 @dataclass
 class SweepReport:
     """What one sweep did: ``expired`` sessions trashed, ``purged`` trashed sessions cleared
-    out (their messages and snapshots gone), ``memory_entries`` removed, ``batches`` run;
-    ``skipped`` when another worker held the sweep lease."""
+    out (their messages, snapshots and files gone), ``memory_entries`` removed, uploaded
+    ``files`` removed, ``batches`` run; ``skipped`` when another worker held the sweep lease."""
 
     expired: int = 0
     purged: int = 0
     memory_entries: int = 0
+    files: int = 0
     batches: int = 0
     skipped: bool = False
     expired_ids: set[str] = field(default_factory=set, repr=False)
@@ -99,6 +109,7 @@ class SweepReport:
             "expired": self.expired,
             "purged": self.purged,
             "memory_entries": self.memory_entries,
+            "files": self.files,
             "batches": self.batches,
             "skipped": self.skipped,
         }
@@ -169,11 +180,42 @@ def _purge(settings: RetentionSettings, report: SweepReport) -> bool:
     with write_transaction():
         MessageLog.delete().where(MessageLog.session_id.in_(ids)).execute()
         SessionSnapshot.delete().where(SessionSnapshot.session_id.in_(ids)).execute()
+        used = SessionFile.select(SessionFile.file_id).where(SessionFile.session_id.in_(ids))
+        file_ids = sorted({row.file_id for row in used})
+        SessionFile.delete().where(SessionFile.session_id.in_(ids)).execute()
+        gone = delete_unused_files(file_ids)
         SessionTrash.delete().where(SessionTrash.session_id.in_(ids)).execute()
+    remove_stored_files(gone, settings.files)
+    report.files += len(gone)
     report.purged += len(ids)
     report.purged_ids.update(ids)
     report.batches += 1
     return True
+
+
+def _forget_unused_uploads(now: int, settings: RetentionSettings, report: SweepReport) -> bool:
+    """Remove one batch of uploads that no session took within the session lifetime (the
+    agent's, else the server's); false when none is left."""
+    ttl = fn.COALESCE(Agent.session_ttl_seconds, settings.session_ttl_seconds)
+    used = SessionFile.select(SessionFile.file_id).where(SessionFile.file_id == UploadFile.id)
+    ids = [
+        row.id
+        for row in UploadFile.select(UploadFile.id)
+        .join(Agent, JOIN.LEFT_OUTER, on=(UploadFile.agent_id == Agent.id))
+        .where(
+            UploadFile.sweepable & (ttl > 0) & (UploadFile.create_time < now - ttl * 1000) & ~fn.EXISTS(used)
+        )
+        .order_by(UploadFile.create_time)
+        .limit(settings.batch)
+    ]
+    if not ids:
+        return False
+    with write_transaction():
+        gone = delete_unused_files(ids)
+    remove_stored_files(gone, settings.files)
+    report.files += len(gone)
+    report.batches += 1
+    return bool(gone)
 
 
 def _forget_memory(now: int, settings: RetentionSettings, report: SweepReport) -> bool:
@@ -230,7 +272,8 @@ def sweep(
     now: int | None = None,
     between_batches: Callable[[SweepReport], None] | None = None,
 ) -> SweepReport:
-    """One sweep: expired sessions, then the trash, then old keyed memory, batch by batch.
+    """One sweep: expired sessions, then the trash (with the files no session uses any
+    more), then old keyed memory, then uploads no session took, batch by batch.
 
     Args:
         settings: lifetimes and the batch size.
@@ -253,6 +296,7 @@ def sweep(
         steps = [lambda: _purge(settings, report), lambda: _forget_memory(now, settings, report)]
         if _may_expire(settings):
             steps.insert(0, lambda: _expire(now, settings, report))
+            steps.append(lambda: _forget_unused_uploads(now, settings, report))
         for step in steps:
             while not stop.is_set() and step():
                 if between_batches is not None:

@@ -62,7 +62,7 @@ from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
 from api.services.agents import get_agent, runnable_version
-from api.services.files import FileSettings, TurnFiles
+from api.services.files import FileSettings, TurnFiles, files_of_turn, record_session_files
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
 from api.services.mcp_servers import TenantServers
 from api.services.memory import DatabaseMemoryStore
@@ -818,6 +818,7 @@ class TurnService:
         else:
             values["task_id"] = claim.task_id
         rows: list[dict] = []
+        used_files: list[str] = []
         if snapshot is not None:
             pending = canvas.pending_form()
             values.update(
@@ -826,6 +827,7 @@ class TurnService:
                 pending_form=pending.id if pending is not None else None,
             )
             rows = _log_rows(claim, req, result, now, canvas.accepted_inputs, canvas.accepted_files)
+            used_files = files_of_turn(canvas.accepted_files, canvas.accepted_inputs)
             values["bytes"] = sum(_stored_bytes(row) for row in rows)
             values["round"] = claim.round + 1
             save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
@@ -857,6 +859,9 @@ class TurnService:
                     history.keep_before_turn(claim.session_id, claim.round, kept, self.keep_snapshots)
             if rows:
                 _APPEND_EXCHANGE.execute(**exchange_values)
+            if used_files:
+                # The session keeps the files it used until it is swept (api.services.files).
+                record_session_files(claim.session_id, used_files)
             if snapshot is not None and canvas.memory_writes:
                 # Keyed memory is part of the turn: committed with it or not at all.
                 _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)

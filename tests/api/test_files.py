@@ -9,7 +9,8 @@ import secrets
 
 import pytest
 
-from api.db import FilePiece, Session, UploadFile, db
+from api.db import FilePiece, Session, SessionFile, UploadFile, db, now_ms
+from api.services.retention import RetentionSettings, sweep
 from tests.api.conftest import Api, dsl_of, make_token
 from tests.files import make_pdf, make_png
 from tests.llm_server import LLMServer
@@ -275,3 +276,106 @@ def test_directory_store_keeps_bytes_out_of_the_database(app_factory, tmp_path, 
     assert api.get(f"/agents/attachments/{d['id']}/download").data == b"# Notes\nremember the milk"
     assert api.ask(agent, None, "read", files=[d["id"]]).status_code == 200
     assert "remember the milk" in llm.chat_requests()[-1]["messages"][-1]["content"]
+
+
+# ---------------------------------------------------------------------- files and sessions
+HOUR = 3600
+
+
+def later(seconds: float) -> int:
+    return now_ms() + int(seconds * 1000)
+
+
+def sweep_files(api: Api, when: int | None = None, ttl: int = 0):
+    """One sweep with the app's settings and this session lifetime; returns its report."""
+    settings = RetentionSettings.from_config(api.app.config)
+    settings.session_ttl_seconds = ttl
+    with api.app.app_context(), db.connection_context():
+        return sweep(settings, now=when)
+
+
+def downloadable(api: Api, file_id: str) -> bool:
+    return api.get(f"/agents/attachments/{file_id}/download").status_code == 200
+
+
+def stored_rows(file_id: str) -> int:
+    with db.connection_context():
+        return (
+            UploadFile.select().where(UploadFile.id == file_id).count()
+            + FilePiece.select().where(FilePiece.file_id == file_id).count()
+            + SessionFile.select().where(SessionFile.file_id == file_id).count()
+        )
+
+
+def test_a_deleted_sessions_files_go_with_it_unless_another_session_uses_them(api: Api, llm: LLMServer):
+    agent = api.create_agent(llm_dsl())
+    shared, own = (
+        upload(api, agent, (f"{n}.txt", n.encode() * 1500)).json["data"]["id"] for n in ("ab", "cd")
+    )
+    first, second = api.create_session(agent), api.create_session(agent)
+    assert api.ask(agent, first, "read", files=[shared, own]).status_code == 200
+    assert api.ask(agent, second, "read", files=[shared]).status_code == 200
+    form_agent = api.create_agent(form_dsl())
+    answered = api.ask(form_agent, None, "start").json["data"]["session_id"]
+    contract = upload(api, form_agent, ("contract.pdf", make_pdf([PDF_TEXT]))).json["data"]
+    resp = api.ask(form_agent, answered, "", inputs={"contract": {"value": [contract]}, "copies": 1})
+    assert resp.status_code == 200, resp.json
+
+    api.delete(f"/agents/{agent}/sessions", json={"ids": [first]})
+    api.delete(f"/agents/{form_agent}/sessions", json={"ids": [answered]})
+    assert downloadable(api, own)  # until the sweep, like the session's messages
+    assert sweep_files(api).files == 2
+    assert not downloadable(api, own) and stored_rows(own) == 0
+    assert not downloadable(api, contract["id"]) and stored_rows(contract["id"]) == 0
+    # The other session still reads the file it shares, in its next turns too.
+    assert downloadable(api, shared)
+    assert api.ask(agent, second, "again", files=[shared]).status_code == 200
+    assert "ab" * 10 in llm.chat_requests()[-1]["messages"][-1]["content"]
+
+    api.delete(f"/agents/{agent}/sessions", json={"ids": [second]})
+    assert sweep_files(api).files == 1
+    assert not downloadable(api, shared) and stored_rows(shared) == 0
+
+
+def test_expired_sessions_take_their_files_and_unused_uploads_go_after_the_lifetime(api: Api):
+    agent = api.create_agent(llm_dsl())
+    used, unused = (upload(api, agent, (f"{n}.txt", b"text")).json["data"]["id"] for n in ("used", "unused"))
+    session = api.create_session(agent)
+    assert api.ask(agent, session, "read", files=[used]).status_code == 200
+
+    assert sweep_files(api, later(HOUR - 60), ttl=HOUR).files == 0
+    assert downloadable(api, used) and downloadable(api, unused)
+    report = sweep_files(api, later(HOUR + 60), ttl=HOUR)
+    assert (report.expired, report.files) == (1, 2)
+    assert not downloadable(api, used) and not downloadable(api, unused)
+    assert stored_rows(used) == stored_rows(unused) == 0
+
+
+def test_files_uploaded_before_sessions_kept_them_are_left_alone(api: Api):
+    """Migration 15 marks existing uploads not sweepable: which sessions read them is unknown."""
+    agent = api.create_agent(llm_dsl())
+    old = upload(api, agent, ("old.txt", b"from before")).json["data"]["id"]
+    session = api.create_session(agent)
+    assert api.ask(agent, session, "read", files=[old]).status_code == 200
+    with db.connection_context():
+        UploadFile.update(sweepable=False).where(UploadFile.id == old).execute()
+    api.delete(f"/agents/{agent}/sessions", json={"ids": [session]})
+    assert sweep_files(api, later(10 * HOUR), ttl=HOUR).files == 0
+    assert downloadable(api, old)
+
+
+def test_the_sweep_removes_a_directory_stores_files(app_factory, tmp_path, llm: LLMServer):
+    folder = tmp_path / "files"
+    app = app_factory(
+        SETTINGS={"llm": llm.settings()}, FILES={"store": "directory", "directory": str(folder)}
+    )
+    api = Api(app, make_token(app, "tenant-a"))
+    agent = api.create_agent(llm_dsl())
+    file_id = upload(api, agent, ("n.md", b"# Notes")).json["data"]["id"]
+    session = api.create_session(agent)
+    assert api.ask(agent, session, "read", files=[file_id]).status_code == 200
+    assert len(list(folder.rglob(f"{file_id}.*"))) == 2
+
+    api.delete(f"/agents/{agent}/sessions", json={"ids": [session]})
+    assert sweep_files(api).files == 1
+    assert list(folder.rglob(f"{file_id}.*")) == []
