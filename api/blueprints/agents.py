@@ -6,6 +6,7 @@ from flask import Blueprint, current_app, request
 from flask.typing import ResponseReturnValue
 
 from api.auth import require_api_token
+from api.blueprints.files import file_settings
 from api.config import canvas_limits
 from api.errors import ArgumentError
 from api.http import arg_flag, flag, json_body, ok, order_args, page_args, tenant_id
@@ -107,7 +108,7 @@ def update_agent(agent_id: str) -> ResponseReturnValue:
 
 @bp.delete("/agents/<agent_id>")
 def delete_agent(agent_id: str) -> ResponseReturnValue:
-    agents.delete_agent(tenant_id(), agent_id)
+    agents.delete_agent(tenant_id(), agent_id, file_settings())
     return ok(True)
 
 

@@ -29,7 +29,7 @@ from agent.settings import resource_dir
 from api import ratelimit
 from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
-from api.services.files import delete_agent_files
+from api.services.files import FileSettings, delete_agent_files, remove_stored_files
 from api.services.retention import trash_sessions
 
 ORDER_FIELDS = ("create_time", "update_time", "title")
@@ -226,9 +226,9 @@ def update_agent(tenant_id: str, agent_id: str, body: dict, limits: Limits, rele
     return agent
 
 
-def delete_agent(tenant_id: str, agent_id: str) -> None:
+def delete_agent(tenant_id: str, agent_id: str, files: FileSettings | None = None) -> None:
     """Delete the agent with its versions, sessions, their message logs, its keyed memory
-    and the files uploaded for it."""
+    and the files uploaded for it (from ``files``' directory too when they are kept there)."""
     with write_transaction():
         get_agent(tenant_id, agent_id)
         # Its keyed memory; what it saved into a tenant's Memory (memory_id) stays there.
@@ -238,8 +238,9 @@ def delete_agent(tenant_id: str, agent_id: str) -> None:
         # Its sessions are gone for readers now; their messages go with the next sweep.
         trash_sessions(Session.select(Session.id).where(Session.agent_id == agent_id))
         AgentVersion.delete().where(AgentVersion.agent_id == agent_id).execute()
-        delete_agent_files(agent_id)
+        forgotten = delete_agent_files(agent_id)
         Agent.delete().where(Agent.id == agent_id).execute()
+    remove_stored_files(forgotten, files)
 
 
 def list_agents(

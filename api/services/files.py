@@ -248,15 +248,22 @@ def _write_directory(settings: FileSettings, row: UploadFile, c: _Checked) -> li
     return done
 
 
-def delete_agent_files(agent_id: str) -> int:
+def delete_agent_files(agent_id: str) -> list[UploadFile]:
     """Forget the files uploaded for an agent (inside the agent's delete transaction).
 
-    A directory store's files stay on disk: removing them before the transaction
-    commits could lose files of a delete that rolls back. Returns the files forgotten.
+    Returns the rows forgotten: a directory store's files are removed after the commit
+    with :func:`remove_stored_files` (removed before it, a delete that rolls back would
+    have lost them).
     """
+    rows = list(
+        UploadFile.select(UploadFile.id, UploadFile.tenant_id, UploadFile.store).where(
+            UploadFile.agent_id == agent_id
+        )
+    )
     ids = UploadFile.select(UploadFile.id).where(UploadFile.agent_id == agent_id)
     FilePiece.delete().where(FilePiece.file_id.in_(ids)).execute()
-    return UploadFile.delete().where(UploadFile.agent_id == agent_id).execute()
+    UploadFile.delete().where(UploadFile.agent_id == agent_id).execute()
+    return rows
 
 
 # ---------------------------------------------------------------------- sessions' files

@@ -379,3 +379,17 @@ def test_the_sweep_removes_a_directory_stores_files(app_factory, tmp_path, llm: 
     api.delete(f"/agents/{agent}/sessions", json={"ids": [session]})
     assert sweep_files(api).files == 1
     assert list(folder.rglob(f"{file_id}.*")) == []
+
+
+def test_deleting_the_agent_removes_a_directory_stores_files(app_factory, tmp_path, llm: LLMServer):
+    folder = tmp_path / "files"
+    app = app_factory(
+        SETTINGS={"llm": llm.settings()}, FILES={"store": "directory", "directory": str(folder)}
+    )
+    api = Api(app, make_token(app, "tenant-a"))
+    agent, kept = api.create_agent(llm_dsl()), api.create_agent(llm_dsl())
+    gone = upload(api, agent, ("n.md", b"# Notes")).json["data"]["id"]
+    other = upload(api, kept, ("m.md", b"# Mine")).json["data"]["id"]
+    assert api.delete(f"/agents/{agent}").status_code == 200
+    assert list(folder.rglob(f"{gone}.*")) == []
+    assert len(list(folder.rglob(f"{other}.*"))) == 2 and downloadable(api, other)
