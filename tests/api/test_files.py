@@ -9,7 +9,7 @@ import secrets
 
 import pytest
 
-from api.db import FilePiece, Session, SessionFile, UploadFile, db, now_ms
+from api.db import FilePiece, SchemaVersion, Session, SessionFile, UploadFile, db, init_database, now_ms
 from api.services.retention import RetentionSettings, sweep
 from tests.api.conftest import Api, dsl_of, make_token
 from tests.files import make_pdf, make_png
@@ -393,3 +393,22 @@ def test_deleting_the_agent_removes_a_directory_stores_files(app_factory, tmp_pa
     assert api.delete(f"/agents/{agent}").status_code == 200
     assert list(folder.rglob(f"{gone}.*")) == []
     assert len(list(folder.rglob(f"{other}.*"))) == 2 and downloadable(api, other)
+
+
+def test_migration_15_leaves_earlier_uploads_to_their_agent(api: Api, database_url):
+    agent = api.create_agent(llm_dsl())
+    earlier = upload(api, agent, ("old.txt", b"from before")).json["data"]["id"]
+    session = api.create_session(agent)
+    with api.app.app_context():
+        db.execute_sql(f"ALTER TABLE {UploadFile._meta.table_name} DROP COLUMN sweepable")
+        db.execute_sql(f"DROP TABLE {SessionFile._meta.table_name}")
+        SchemaVersion.delete().where(SchemaVersion.version == 15).execute()
+    db.obj.close_all()
+    init_database(database_url, max_connections=4)
+
+    assert api.ask(agent, session, "read", files=[earlier]).status_code == 200
+    later_id = upload(api, agent, ("new.txt", b"from after")).json["data"]["id"]
+    assert api.ask(agent, session, "read", files=[later_id]).status_code == 200
+    api.delete(f"/agents/{agent}/sessions", json={"ids": [session]})
+    assert sweep_files(api).files == 1
+    assert downloadable(api, earlier) and not downloadable(api, later_id)
