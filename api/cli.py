@@ -178,8 +178,9 @@ def run_gunicorn(
 
     from api import telemetry
 
-    log_format = str((load_settings().get("log") or {}).get("format") or "json")
-    telemetry.configure_logging(log_format)
+    log_settings = load_settings().get("log") or {}
+    log_format = str(log_settings.get("format") or "json")
+    telemetry.configure_logging(log_format, str(log_settings.get("level") or "info"))
     telemetry.prepare_multiprocess()
 
     class Server(BaseApplication):

@@ -282,18 +282,29 @@ def formatter(kind: str) -> logging.Formatter:
     return JsonFormatter()
 
 
+#: ``log.level`` values. ``warning`` leaves out the line each turn writes at ``info``
+#: (about as much work as routing the request), keeping warnings and errors.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def configure_logging(kind: str = "json", level: str = "INFO") -> None:
     """Send the ``agentcanvas`` loggers to standard error, one line per record (``json``
-    or ``text``), tokens scrubbed. For server processes; a library user keeps theirs."""
+    or ``text``) at ``level`` and above, tokens scrubbed. For server processes; a
+    library user keeps theirs."""
     if kind not in ("json", "text"):
         raise ValueError(f"log format {kind!r} is not json or text (setting log.format)")
+    if str(level).upper() not in LOG_LEVELS:
+        raise ValueError(
+            f"log level {level!r} is not one of {', '.join(LOG_LEVELS).lower()} "
+            f"(setting log.level, AGENTCANVAS_LOG_LEVEL)"
+        )
     handler = logging.StreamHandler()
     handler.setFormatter(formatter(kind))
     logger = logging.getLogger("agentcanvas")
     for old in list(logger.handlers):
         logger.removeHandler(old)
     logger.addHandler(handler)
-    logger.setLevel(level.upper())
+    logger.setLevel(str(level).upper())
     logger.propagate = False
 
 

@@ -81,3 +81,16 @@ def test_metrics_add_up_across_two_workers_and_logs_are_json_without_tokens(depl
     assert any(line["logger"] == "gunicorn.access" for line in lines)
     for secret in (token, embed_token, wrong):
         assert secret not in log
+
+
+def test_log_level_warning_leaves_out_the_turn_lines_not_the_counts(deployment):
+    token = deployment.token()
+    agent_id = deployment.import_agent(SAMPLES / "greeting.json")
+    server = deployment.server(workers=1, AGENTCANVAS_LOG_LEVEL="warning")
+    client = Client(server.url, token)
+    for n in range(3):
+        assert client.ask(agent_id, None, f"question {n}").status_code == 200
+    assert metric(server.url, "agentcanvas_turns_total", outcome="succeeded") == 3
+    lines = json_lines(server.log())
+    assert not [line for line in lines if line["message"].startswith("turn ")]
+    assert all(line["level"] != "info" for line in lines if line["logger"].startswith("agentcanvas"))
