@@ -75,7 +75,7 @@ def test_agent_sessions_and_answers_streamed_and_blocking(rag):
     assert [m["content"] for m in session.message] == ["I count your messages in this session."]
 
     streamed = list(session.ask("hello", stream=True))
-    assert len(streamed) > 1  # chunks, as they came
+    assert streamed  # the answer's text is known at once: one chunk (streamed LLM text comes chunk by chunk)
     assert "".join(m.content for m in streamed) == "This is message number 1 in this session. You said: hello"
 
     blocking = list(session.ask("and again", stream=False))
