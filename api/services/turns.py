@@ -690,8 +690,12 @@ class TurnService:
                 # gone, or something of the turn cannot be stored): nothing was saved.
                 log.warning("turn of session %s was not saved: %s", claim.session_id, exc)
                 message = f"the turn could not be saved ({exc}); the session is as it was before this turn"
+                if write_conflict(exc):  # still conflicting after run_retrying's attempts
+                    message = "the turn could not be saved (concurrent writes kept conflicting with it); send it again"
                 # Not an outage (503): a value of the turn the database cannot hold is a 500.
-                kind = "TurnNotSaved" if isinstance(exc, LeaseLost) else "TurnNotStorable"
+                kind = (
+                    "TurnNotSaved" if isinstance(exc, LeaseLost) or write_conflict(exc) else "TurnNotStorable"
+                )
                 held = [_failure_event(canvas, message, kind)]
                 committed = _result_of(held, result.answer)
                 self._try_release(claim)

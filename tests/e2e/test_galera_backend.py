@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pymysql
 import pytest
@@ -177,11 +178,46 @@ def test_a_node_that_is_not_ready_is_left_and_used_again_once_back(galera, row):
 
 
 def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try(galera):
-    """The end-of-turn transaction on node 1 is held at its message-log INSERT (a lock
-    taken by hand on node 1) while node 2 commits a change to the same session row (the
-    cancel flag, as a cancel from another server would): Galera aborts the turn's
-    transaction (1213). It is run again whole, and the turn is saved and answered 200."""
-    name = "agentcanvas_galera_turns"
+    """The turn's transaction is aborted once (1213): it is run again whole, and the turn
+    is saved once and answered 200."""
+    reply, saved, logged, aborted = _turn_meeting_conflicts(galera, "agentcanvas_galera_once", 1)
+    assert reply.status_code == 200, reply.get_json()
+    assert reply.get_json()["data"]["data"]["content"] == "echo: hello"
+    assert aborted >= 1  # the race did happen
+    assert saved == 1  # committed once
+    assert logged == 2  # the question and the answer, once
+
+
+def test_a_turn_whose_commit_keeps_losing_is_answered_not_saved(galera):
+    """Aborted on every attempt: "not saved, send it again" (503, Retry-After), nothing
+    of it saved — never a 500."""
+    conflicts = cluster.CONFLICT_RETRIES + 1
+    reply, saved, logged, aborted = _turn_meeting_conflicts(galera, "agentcanvas_galera_always", conflicts)
+    assert reply.status_code == 503, reply.get_json()
+    assert reply.headers["Retry-After"]
+    assert reply.get_json()["data"]["data"]["error_type"] == "TurnNotSaved"
+    assert aborted >= conflicts
+    assert (saved, logged) == (0, 0)
+
+
+def _waiting_inserts(monitor: Any) -> set[str]:
+    """The transactions of node 1 waiting for a lock at a message-log INSERT."""
+    with monitor.cursor() as cur:
+        cur.execute(
+            "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
+            " AND trx_query LIKE 'INSERT INTO `message_log`%'"
+        )
+        return {row[0] for row in cur.fetchall()}
+
+
+def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) -> tuple[Any, int, int, int]:
+    """Run one turn through a server on node 1 whose end-of-turn transaction is aborted
+    ``conflicts`` times: each attempt is held at its message-log INSERT (a lock taken by
+    hand on node 1) while node 2 commits a change to the same session row (the cancel
+    flag, as a cancel from another server would), so Galera aborts it (1213).
+
+    Returns the reply, how many times the session's version moved, how many messages
+    were logged, and how many transactions node 1 aborted meanwhile."""
     app = create_app(
         {
             "DATABASE_URL": galera.url(name, first=1),
@@ -192,37 +228,36 @@ def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try
     api = Api(app, make_token(app))
     agent_id = api.create_agent(echo_dsl())
     session_id = api.create_session(agent_id)
-    (before,) = galera.query(1, "SELECT version FROM session WHERE id = %s", session_id, database=name)[0]
+    version = "SELECT version FROM session WHERE id = %s"
+    (before,) = galera.query(1, version, session_id, database=name)[0]
     aborts_before = int(galera.wsrep(1)["wsrep_local_bf_aborts"])
     logged_before = _logged(galera, name, session_id)
     locker = pymysql.connect(host="127.0.0.1", port=galera.ports[1], user="root", database=name)
+    replies = []
     try:
         with locker.cursor() as cur:
             cur.execute("BEGIN")
             cur.execute("SELECT id FROM message_log WHERE session_id = %s FOR UPDATE", (session_id,))
-        replies = []
+        body = {"question": "hello", "stream": False, "session_id": session_id}
         turn = threading.Thread(
-            target=lambda: replies.append(
-                api.post(
-                    f"/agents/{agent_id}/completions",
-                    json={
-                        "question": "hello",
-                        "stream": False,
-                        "session_id": session_id,
-                    },
-                )
-            )
+            target=lambda: replies.append(api.post(f"/agents/{agent_id}/completions", json=body))
         )
         turn.start()
-        until(
-            lambda: galera.query(
-                1,
-                "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
-                " AND trx_query LIKE 'INSERT INTO `message_log`%%'",
-            )[0][0],
-            "the turn's commit to wait for the message log",
-        )
-        galera.query(2, "UPDATE session SET cancel_requested = 1 WHERE id = %s", session_id, database=name)
+        # Node 1's own view of its transactions (no wait for the cluster: it is local).
+        monitor = pymysql.connect(host="127.0.0.1", port=galera.ports[1], user="root", autocommit=True)
+        seen: set[str] = set()
+        for _ in range(conflicts):
+            # A new attempt waits for the lock: make it lose to a write from node 2.
+            seen |= until(
+                lambda known=seen: _waiting_inserts(monitor) - known,
+                "an attempt to wait for the lock",
+                step=0.1,
+            )
+            flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
+            galera.query(2, flip, session_id, database=name)
+        if conflicts <= cluster.CONFLICT_RETRIES:  # the attempt after the last conflict
+            until(lambda: _waiting_inserts(monitor) - seen, "the attempt that does not conflict", step=0.1)
+        monitor.close()
         locker.rollback()
         turn.join(60)
     finally:
@@ -230,12 +265,10 @@ def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try
         app.config["SERVICES"]["gate"].set()
         app.extensions["agentcanvas.parsing"].stop()
         db.obj.close_all()
-    assert replies and replies[0].status_code == 200, replies and replies[0].get_json()
-    assert replies[0].get_json()["data"]["data"]["content"] == "echo: hello"
-    assert int(galera.wsrep(1)["wsrep_local_bf_aborts"]) > aborts_before  # the race did happen
-    (version,) = galera.query(3, "SELECT version FROM session WHERE id = %s", session_id, database=name)[0]
-    assert version == before + 1  # committed once
-    assert _logged(galera, name, session_id) == logged_before + 2  # the question and the answer, once
+    assert replies, "the turn did not answer"
+    (after,) = galera.query(3, version, session_id, database=name)[0]
+    aborted = int(galera.wsrep(1)["wsrep_local_bf_aborts"]) - aborts_before
+    return replies[0], after - before, _logged(galera, name, session_id) - logged_before, aborted
 
 
 def _logged(galera: GaleraCluster, name: str, session_id: str) -> int:
