@@ -14,6 +14,8 @@ Fixtures:
 * ``sdk`` and ``rag`` — the ``ragflow_sdk`` package of each supported generation (0.22.1
   and 0.27.x, see :func:`ragflow_sdk`) and a ``RAGFlow`` client of it on a new server:
   a test that takes ``rag`` (or ``sdk``) runs once with each.
+* ``module_sdk`` and ``module_database_url`` — the same for a whole module, whose tests
+  then share one server (each test a tenant of its own: tests/e2e/test_ragflow_sdk.py).
 
 Servers get ``AGENTCANVAS_INVOKE_ALLOW_HOSTS='["127.0.0.1"]'`` (so Invoke may call
 ``slow_http``) and poll cancel flags every 50 ms.
@@ -511,6 +513,21 @@ def sdk(request) -> ModuleType:
 def sdk_server_env(sdk: ModuleType) -> dict[str, str]:
     """The server settings an SDK generation needs: 0.22 reads ``GET /agents`` as a list."""
     return {} if sdk_is_current(sdk) else {"AGENTCANVAS_AGENT_LIST_SHAPE": "list"}
+
+
+@pytest.fixture(scope="module", params=SDK_GENERATIONS, ids=lambda g: f"sdk{g}")
+def module_sdk(request) -> ModuleType:
+    """:func:`sdk` for a whole module, for modules whose tests share one server per generation."""
+    return ragflow_sdk(request.param)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "mysql"])
+def module_database_url(request, tmp_path_factory) -> Iterator[str]:
+    """:func:`database_url` for a whole module (one server serving all its tests, each a tenant)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('module-db') / 'agentcanvas.db'}"
+        return
+    yield from throwaway_database(request.param, "agentcanvas_e2e")
 
 
 @pytest.fixture

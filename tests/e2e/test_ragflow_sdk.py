@@ -12,34 +12,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.api.conftest import dsl_of, sample, throwaway_database
-from tests.e2e.conftest import (
-    SDK_GENERATIONS,
-    Deployment,
-    ServerProcess,
-    ragflow_sdk,
-    sdk_is_current,
-    sdk_server_env,
-)
-
-
-@pytest.fixture(scope="module", params=SDK_GENERATIONS, ids=lambda g: f"sdk{g}")
-def sdk(request):
-    """This module's SDK generation (module-scoped: one server per generation)."""
-    return ragflow_sdk(request.param)
-
-
-@pytest.fixture(scope="module", params=["sqlite", "mysql"])
-def shared_database(request, tmp_path_factory) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('sdk') / 'agentcanvas.db'}"
-        return
-    yield from throwaway_database(request.param, "agentcanvas_e2e")
+from tests.api.conftest import dsl_of, sample
+from tests.e2e.conftest import Deployment, ServerProcess, sdk_is_current, sdk_server_env
 
 
 @pytest.fixture(scope="module")
-def shared(sdk, shared_database, tmp_path_factory) -> Iterator[tuple[Deployment, ServerProcess]]:
-    dep = Deployment(shared_database, tmp_path_factory.mktemp("sdk-server"))
+def sdk(module_sdk):
+    """This module's SDK generation (module-scoped: one server per generation)."""
+    return module_sdk
+
+
+@pytest.fixture(scope="module")
+def shared(sdk, module_database_url, tmp_path_factory) -> Iterator[tuple[Deployment, ServerProcess]]:
+    dep = Deployment(module_database_url, tmp_path_factory.mktemp("sdk-server"))
     try:
         yield dep, dep.server(**sdk_server_env(sdk))
     finally:

@@ -3,7 +3,8 @@
 The whole flow a RAGFlow user writes: create a dataset, upload a PDF, a DOCX, a
 Markdown and a CJK text file, parse, poll until DONE, retrieve, chat with a Retrieval
 agent and read the citations from ``Message.reference``. The LLM and the embedding
-model are the test server (tests/llm_server.py).
+model are the test server (tests/llm_server.py). One server per (SDK, database) serves
+the module; each test is a tenant of its own on it.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import copy
 import json
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import sdk_is_current, sdk_server_env
+from tests.e2e.conftest import Deployment, ServerProcess, sdk_is_current, sdk_server_env
 from tests.files import make_docx, make_pdf
 from tests.llm_server import LLMServer
 
@@ -26,10 +29,31 @@ MD = b"# Returns\n\nItems can be returned within 30 days with the receipt.\n"
 CJK = "退货政策：收到商品后三十天内可以退货。".encode()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def llm():
     with LLMServer() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def sdk(module_sdk):
+    """This module's SDK generation (module-scoped: one server per generation)."""
+    return module_sdk
+
+
+@pytest.fixture(scope="module")
+def shared(sdk, module_database_url, llm, tmp_path_factory) -> Iterator[tuple[Deployment, ServerProcess]]:
+    dep = Deployment(module_database_url, tmp_path_factory.mktemp("sdk-datasets"))
+    try:
+        yield dep, dep.server(**sdk_server_env(sdk), **llm_env(llm))
+    finally:
+        dep.close()
+
+
+def tenant_client(sdk, shared):
+    """A client of this generation for a new tenant of the module's server."""
+    dep, server = shared
+    return sdk.RAGFlow(api_key=dep.token(f"kb-{uuid.uuid4().hex[:8]}"), base_url=server.url)
 
 
 def llm_env(llm: LLMServer) -> dict[str, str]:
@@ -48,7 +72,7 @@ def wait_done(dataset, ids: list[str], seconds: float = 120) -> dict:
         if all(docs[i].run not in ("RUNNING", "UNSTART") for i in ids):
             return docs
         assert time.monotonic() < deadline, {i: (d.run, d.progress_msg) for i, d in docs.items()}
-        time.sleep(0.2)
+        time.sleep(0.05)
 
 
 def starter_dsl(dataset_id: str) -> dict:
@@ -59,9 +83,8 @@ def starter_dsl(dataset_id: str) -> dict:
     return dsl
 
 
-def test_whole_knowledge_base_flow(sdk, deployment, llm):
-    server = deployment.server(**sdk_server_env(sdk), **llm_env(llm))
-    rag = sdk.RAGFlow(api_key=deployment.token(), base_url=server.url)
+def test_whole_knowledge_base_flow(sdk, shared, llm):
+    rag = tenant_client(sdk, shared)
 
     ds = rag.create_dataset(name="shop policies", embedding_model=llm.model)
     assert ds.chunk_method == "naive" and ds.embedding_model == llm.model
@@ -113,10 +136,8 @@ def test_whole_knowledge_base_flow(sdk, deployment, llm):
     assert rag.list_datasets() == []
 
 
-def test_another_tenant_sees_nothing(sdk, deployment, llm):
-    server = deployment.server(**sdk_server_env(sdk), **llm_env(llm))
-    mine = sdk.RAGFlow(api_key=deployment.token("a"), base_url=server.url)
-    theirs = sdk.RAGFlow(api_key=deployment.token("b"), base_url=server.url)
+def test_another_tenant_sees_nothing(sdk, shared):
+    mine, theirs = tenant_client(sdk, shared), tenant_client(sdk, shared)
     ds = mine.create_dataset(name="private")
     assert theirs.list_datasets() == []
     with pytest.raises(Exception, match="not found"):
