@@ -295,6 +295,18 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         finally:
             conn._read_timeout = read_timeout  # noqa: SLF001
 
+    def _can_reuse(self, conn) -> bool:  # noqa: ANN001 - a pymysql connection
+        # peewee rolls back at check-in unless the driver says no transaction is open;
+        # pymysql has no ``in_transaction``, so peewee sent a ROLLBACK for every
+        # request (a round trip). The status the server sent with its last reply
+        # says it: a statement that failed leaves the earlier status, so an open
+        # transaction is rolled back still.
+        from pymysql.constants import SERVER_STATUS
+
+        if conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+            return super()._can_reuse(conn)
+        return True
+
 
 class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
     """Postgres on one of several hosts: libpq tries them in order (``host=h1,h2``,

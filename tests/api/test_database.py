@@ -250,3 +250,25 @@ def test_writes_work_again_as_soon_as_the_sqlite_file_is_writable(sqlite_file):
     finally:
         app.extensions["agentcanvas.parsing"].stop()
         db.obj.close_all()
+
+
+def test_a_mysql_connection_returned_inside_a_transaction_does_not_carry_it_on(mysql_url):
+    """A connection checked in with a transaction still open (its owner failed before
+    COMMIT or ROLLBACK) is rolled back: the next user of that pooled connection does not
+    commit the unfinished writes, and one checked in with none open is reused as it is."""
+    init_database(mysql_url)
+    try:
+        with db.connection_context():
+            first = db.connection()
+            db.execute_sql("BEGIN")
+            Tenant.create(name="half-done")
+        with db.connection_context(), write_transaction():
+            assert db.connection() is first  # the same pooled connection
+            Tenant.create(name="done")
+        with db.connection_context():
+            assert db.connection() is first
+            names = {t.name for t in Tenant.select()}
+        assert "done" in names
+        assert "half-done" not in names
+    finally:
+        db.obj.close_all()
