@@ -652,9 +652,13 @@ class Canvas:
         user_id: str = "",
         inputs: dict | None = None,
         files: list | None = None,
+        trace: bool = True,
         **context: Any,
     ) -> Iterator[dict]:
         """Run one turn (or resume a paused form); yields the events of docs/design.md §4.
+
+        ``trace=False`` leaves out the ``node_finished`` events (their inputs and
+        outputs made into JSON), for a caller that would drop them: a blocking turn.
 
         Raises (before any state changes):
             InputError: ``inputs`` do not fit the pending form (or Begin's form).
@@ -676,7 +680,7 @@ class Canvas:
             self._check_file_totals(form, accepted, [], errors)
             if errors:
                 raise InputError(_errors_message(pending.id, errors), errors)
-            return self._run(resume=pending, accepted=accepted)
+            return self._run(resume=pending, accepted=accepted, trace=trace)
         accepted, form, errors = {}, {}, {}
         try:
             attached = self.resolve_files(files) if files else []
@@ -696,6 +700,7 @@ class Canvas:
             raise InputError(_errors_message("begin" if inputs else "the turn", errors), errors)
         return self._run(
             resume=None,
+            trace=trace,
             accepted=accepted,
             query=query or "",
             user_id=user_id,
@@ -827,6 +832,7 @@ class Canvas:
         user_id: str = "",
         files: list | None = None,
         context: dict | None = None,
+        trace: bool = True,
     ) -> Iterator[dict]:
         before = self._runtime_state()
         self._pristine = None
@@ -868,11 +874,13 @@ class Canvas:
                     return
                 if cpn.finishes_later:
                     self._started_late[cid] = t0
-                else:
+                elif trace:
                     yield self._node_finished(cpn, t0)
                 while self._finished_late:
                     done = self._finished_late.pop(0)
-                    yield self._node_finished(done, self._started_late.pop(done.id, None))
+                    t_done = self._started_late.pop(done.id, None)
+                    if trace:
+                        yield self._node_finished(done, t_done)
                 self._queue_next(cpn, i)
                 i += 1
             yield from self._finish(started)

@@ -496,6 +496,7 @@ class TurnService:
             webhook=req.webhook,
             task_id=task_id,
             message_id=str(turn_id),
+            trace=not inline,  # a blocking reply is its ending event alone
         )
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
