@@ -17,6 +17,7 @@ matter) and works while a server runs on the same database.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -167,6 +168,21 @@ def access_log_target(settings: dict[str, Any] | None = None) -> str | None:
     return str(value)
 
 
+def freeze_startup_objects(_worker: object = None) -> None:
+    """gunicorn's ``post_worker_init``: once a worker has built its app, move what is
+    alive into the collector's permanent generation (``gc.freeze``).
+
+    The app, its modules, routes and caches (~130,000 objects) live as long as the
+    worker, yet every full collection walked them all again: one every ~3,000 turns,
+    60-80 ms with every thread of the worker stopped; frozen, 2-3 ms (intake sample,
+    SQLite, 6,000 turns in one process: the collector's time per turn 0.066-0.083 ->
+    0.048-0.055 ms). Garbage made while starting is collected first so that none of
+    it is kept for ever. The bench's floor app is served through this too.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def run_gunicorn(
     load_app: Callable[[], Any], host: str, port: int, workers: int, threads: int, max_seconds: float = 600
 ) -> None:
@@ -198,6 +214,7 @@ def run_gunicorn(
                 # JSON lines like the app's (AGENTCANVAS_LOG_FORMAT=text for plain), tokens masked.
                 "logger_class": telemetry.gunicorn_logger_class(log_format),
                 "child_exit": lambda _server, worker: telemetry.worker_exited(worker.pid),
+                "post_worker_init": freeze_startup_objects,
             }
             if "control_socket_disable" in self.cfg.settings:
                 # gunicorn ≥ 25 opens a control socket at one fixed path per user, so a
