@@ -16,7 +16,7 @@ def test_a_client_gone_mid_stream_does_not_lose_the_turn(deployment, slow_http):
     slow_http.gate.clear()
     stream = client.ask_stream(agent_id, session_id, "walk away")
     frame = next(line for line in stream.iter_lines(decode_unicode=True) if line)
-    assert json.loads(frame[len("data:") :])["data"]["content"] == "working on "
+    assert json.loads(frame[len("data:") :])["data"]["content"] == "working on walk away"
     slow_http.wait_hits(1)
     stream.close()  # the client leaves while the turn waits for the slow endpoint
     slow_http.gate.set()
