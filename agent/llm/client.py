@@ -220,6 +220,11 @@ class ChatClient:
                     continue
                 raise self._status_error(e, attempt) from None
             except openai.OpenAIError as e:
+                if isinstance(e, openai.APITimeoutError) or _is_timeout(e):
+                    try:
+                        _raise_if_spent(wait)
+                    except ComponentTimeout as spent:
+                        raise self.translate(spent) from None
                 raise self.translate(e) from None
 
     def _backoff(self, attempt: int, headers: Any) -> float:
@@ -414,6 +419,18 @@ def _error_detail(e: openai.APIStatusError) -> str:
     except Exception:  # noqa: BLE001 - a streamed body may be unreadable
         text = ""
     return (text or e.message or "").strip()[:500]
+
+
+def _raise_if_spent(wait: Deadline) -> None:
+    """Raise ``wait``'s own error when a transport timeout ended at its end.
+
+    The request's timeout is the time the wait had left, so the transport may give up a
+    moment before the wait itself is past its end; the error must still name the limit
+    that ran out (the turn's ``max_seconds``, or ``llm.timeout_seconds``), not always the
+    latter. A timeout well before the end (a connect timeout) is left to the caller."""
+    left = wait.remaining()
+    if left <= deadlines.POLL_SECONDS:
+        wait.sleep(left + deadlines.POLL_SECONDS)
 
 
 def _is_timeout(e: BaseException) -> bool:
