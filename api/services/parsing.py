@@ -223,31 +223,40 @@ class ParseWorkers:
                     self._wake.clear()
                     continue
                 self.run_task(*claimed)
+                continue
             except PeeweeException as exc:
                 log.warning("parse worker could not reach the database: %s", exc)
-                self._stop.wait(1.0)
             except Exception:  # noqa: BLE001 - a worker thread must survive any one task
                 log.exception("parse worker failed")
-                self._stop.wait(1.0)
+            # Paused outside the handler: the error's frames (and any cursor they hold
+            # on a connection already back in the pool) are freed before the pause.
+            self._stop.wait(1.0)
 
     def _claim_next(self) -> tuple[str, str] | None:
         """Claim the oldest free ``RUNNING`` document; ``(document id, owner)`` or ``None``."""
         now = now_ms()
-        candidates = (
-            Document.select(Document.id)
+        # Read whole before the first UPDATE: on SQLite a SELECT not read to its end
+        # keeps its snapshot open, and an UPDATE on that connection then fails at once
+        # with "database is locked" whenever another connection writes (it cannot wait
+        # for the lock, as its snapshot may be out of date); the connection went back
+        # to the pool with that snapshot still open, and every thread it went to next
+        # read old rows (a running turn saw its lease as gone and was cancelled).
+        candidates = [
+            row.id
+            for row in Document.select(Document.id)
             .where((Document.run == "RUNNING") & lease_free(Document, now))
             .order_by(Document.update_time, Document.id)
             .limit(8)
-        )
-        for row in candidates:
+        ]
+        for document_id in candidates:
             owner = new_owner()
             claimed = (
                 Document.update(lease_owner=owner, lease_expires=now + self.lease_ms, cancel_requested=False)
-                .where((Document.id == row.id) & (Document.run == "RUNNING") & lease_free(Document, now))
+                .where((Document.id == document_id) & (Document.run == "RUNNING") & lease_free(Document, now))
                 .execute()
             )
             if claimed == 1:
-                return row.id, owner
+                return document_id, owner
         return None
 
     # ------------------------------------------------------------------ one task

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import logging
+import sqlite3
+import threading
 import time
 
 import pytest
 
-from tests.api.conftest import Api
+from tests.api.conftest import Api, make_token
 from tests.files import make_docx, make_pdf
 
 MD = b"""# Retrieval
@@ -275,3 +278,36 @@ def test_a_large_file_is_parsed_in_a_child_process_to_the_same_chunks(api):
     docs = wait_parsed(api, ds, [doc], seconds=120)
     assert docs[doc]["run"] == "DONE", docs[doc]["progress_msg"]
     assert docs[doc]["chunk_count"] == len(naive_chunks([text], 256, "\n"))
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_task_found_while_another_process_writes_is_claimed_once_it_is_done(app_factory, caplog):
+    """The parse worker's claim waits for SQLite's write lock like every other write.
+
+    It used to update while its look for tasks was still open, and such an UPDATE
+    fails at once with "database is locked" when another connection holds the lock;
+    the connection then went back to the pool with that old snapshot still open, so
+    the threads it went to next read old rows (seen: a turn cancelled mid-run).
+    """
+    caplog.set_level(logging.WARNING, logger="agentcanvas.parsing")
+    queued = app_factory(DATASETS={"parse_threads": 0})  # queues only
+    api = Api(queued, make_token(queued))
+    ds = create_dataset(api)
+    docs = [d["id"] for d in upload(api, ds, ("guide.md", MD), ("cjk.txt", CJK)).json["data"]]
+    assert api.post(f"/datasets/{ds}/chunks", json={"document_ids": docs}).json["code"] == 0
+    from api.db import db
+
+    # Another process (a second server, the CLI) writing when the worker looks for tasks.
+    other = sqlite3.connect(db.obj.database, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    done_writing = threading.Timer(0.5, other.commit)
+    done_writing.start()
+    try:
+        app_factory()  # its parse thread looks for tasks at once
+        parsed = wait_parsed(api, ds, docs)
+    finally:
+        done_writing.join()
+        other.close()
+    assert all(parsed[d]["run"] == "DONE" for d in docs), parsed
+    failed = [r.getMessage() for r in caplog.records if r.name == "agentcanvas.parsing"]
+    assert failed == []
