@@ -47,6 +47,12 @@ db = DatabaseProxy()
 _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
 
 
+def _verb(sql: str) -> str:
+    """The statement's first word, upper-cased (``""`` for an empty one)."""
+    words = sql.split(None, 1)
+    return words[0].upper() if words else ""
+
+
 class _SafeReconnectMixin:
     """Reconnect after a dropped connection; retry the statement only if it is a read.
 
@@ -74,11 +80,11 @@ class _SafeReconnectMixin:
     def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
         conflicts = 0
         moves = len(self.host_list.hosts)
-        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
         while True:
             try:
                 return super().execute_sql(sql, params)
             except (OperationalError, InterfaceError) as exc:
+                verb = _verb(sql)  # worked out only when a statement failed (hot path)
                 gone = self._connection_lost(exc) or cluster.node_unusable(exc)
                 if self.in_transaction():
                     if gone:
