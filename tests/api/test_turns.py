@@ -106,24 +106,30 @@ def _pure_gate_agent(api: Api) -> str:
     return api.create_agent(dsl)
 
 
-def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
-    agent_id = _pure_gate_agent(api)
-    session_id = api.create_session(agent_id)
-    gate = api.app.config["SERVICES"]["gate"]
-    replies = {}
+def _ask_until_the_gate(api: Api, agent_id: str, session_id: str, text: str) -> tuple[threading.Thread, dict]:
+    """Ask ``text`` in a thread; return once the turn waits in TestPureGate (open it with
+    ``api.app.config["SERVICES"]["gate"].set()``, then join the thread; its reply is ``replies["resp"]``)."""
+    replies: dict = {}
 
     def ask() -> None:
-        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, "first")
+        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, text)
 
     PURE_GATE_ENTERED.clear()
     asker = threading.Thread(target=ask)
     asker.start()
-    # The turn waits inside a side-effect-free component: the session is not held.
     assert PURE_GATE_ENTERED.wait(30)
+    return asker, replies
+
+
+def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
+    agent_id = _pure_gate_agent(api)
+    session_id = api.create_session(agent_id)
+    asker, replies = _ask_until_the_gate(api, agent_id, session_id, "first")
+    # The turn waits inside a side-effect-free component: the session is not held.
     with api.app.app_context():
         row = Session.get_by_id(session_id)
         assert row.lease_owner is None and row.status != "running"
-    gate.set()
+    api.app.config["SERVICES"]["gate"].set()
     asker.join()
     assert replies["resp"].status_code == 200
     assert replies["resp"].json["data"]["data"]["content"] == "first with count 1"
@@ -141,20 +147,11 @@ def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
 def test_a_turn_without_effects_that_loses_the_race_is_busy_and_saves_nothing(api: Api):
     agent_id = _pure_gate_agent(api)
     session_id = api.create_session(agent_id)
-    gate = api.app.config["SERVICES"]["gate"]
-    replies = {}
-
-    def ask() -> None:
-        replies["resp"] = Api(api.app, api.token).ask(agent_id, session_id, "late")
-
-    PURE_GATE_ENTERED.clear()
-    asker = threading.Thread(target=ask)
-    asker.start()
-    assert PURE_GATE_ENTERED.wait(30)
+    asker, replies = _ask_until_the_gate(api, agent_id, session_id, "late")
     # Another write to the session while the turn runs without a lease: it wins.
     put = api.put(f"/agents/{agent_id}/sessions/{session_id}/variables/count", json={"value": 7})
     assert put.status_code == 200
-    gate.set()
+    api.app.config["SERVICES"]["gate"].set()
     asker.join()
     assert replies["resp"].status_code == 409 and "busy" in replies["resp"].json["message"]
     session = api.session(agent_id, session_id)
