@@ -854,7 +854,7 @@ class TurnService:
                     raise _busy(claim.session_id)
                 raise LeaseLost(
                     f"session {claim.session_id!r} was taken over or deleted while the turn ran "
-                    f"(its lease of {self.lease_ms // 1000} s expired?)"
+                    f"(its lease of {self.lease_ms / 1000:g} s expired?)"
                 )
             if snapshot is not None:
                 if claim.rewound:
