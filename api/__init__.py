@@ -8,6 +8,7 @@ date here, so every process that builds the app can serve at once.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from flask import Flask
@@ -95,6 +96,42 @@ class _TokensOutOfLogs:
                         query = environ[key].partition("?")[2]
                         environ[key] = hidden + (f"?{query}" if query else "")
         return self.wsgi_app(environ, start_response)
+
+
+def stop_background(app: Flask, timeout: float = 30.0) -> list[str]:
+    """Stop what ``create_app`` started beside the requests, within ``timeout`` seconds
+    in all: the sweeper and the parse threads stop (a parse after its current batch, the
+    task left queued for others), running turns finish and commit, queued memory
+    extractions run, and the lease keepers stop once nothing they renew is held.
+
+    Returns what still runs at the timeout, by name (empty when everything stopped):
+    while anything does, its database connection is in use, and closing the pool's
+    in-use connections (``close_all``) under it would crash SQLite's driver. The app
+    still answers requests afterwards; a turn or a parse it is then given starts its
+    threads again.
+    """
+    from api.services import retention
+
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    running = []
+    if not app.extensions["agentcanvas.sweeper"].stop(left()):
+        running.append("the sweeper")
+    elif not retention.stop_keepers(left()):
+        running.append("the sweep lease's keeper")
+    if not app.extensions["agentcanvas.parsing"].stop(left()):
+        running.append("parse threads")
+    turns = app.extensions["agentcanvas.turns"]
+    if not turns.wait_idle(left()):
+        running.append("turns")
+    elif not turns.keeper.stop(left()):  # renews the leases of running turns
+        running.append("the turns' lease keeper")
+    if not turns.extractor.wait_idle(left()):
+        running.append("memory extraction")
+    return running
 
 
 def _start_sweeper(app: Flask) -> None:

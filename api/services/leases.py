@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -78,7 +77,8 @@ class LeaseKeeper:
         # owner -> how to give its lease back, for leases whose holder could not
         # (the database was down): tried every poll until the database answers.
         self._releases: dict[str, Callable[[], Any]] = {}
-        self._thread: threading.Thread | None = None
+        #: the keeper's thread and its stop flag, while one runs
+        self._thread: tuple[threading.Thread, threading.Event] | None = None
 
     def track(self, owner: str) -> threading.Event:
         """Start watching the lease ``owner``; the returned event is set to stop its work."""
@@ -109,10 +109,32 @@ class LeaseKeeper:
 
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, name=f"agentcanvas-lease-keeper-{self.model.__name__}", daemon=True
+            stop = threading.Event()
+            thread = threading.Thread(
+                target=self._loop,
+                args=(stop,),
+                name=f"agentcanvas-lease-keeper-{self.model.__name__}",
+                daemon=True,
             )
-            self._thread.start()
+            self._thread = (thread, stop)
+            thread.start()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """End the keeper's thread within ``timeout`` seconds; whether it has ended.
+
+        Leases still held are no longer renewed (they expire by themselves), and
+        releases still pending are not tried again. The next :meth:`track` starts a
+        new thread.
+        """
+        with self._cond:
+            running, self._thread = self._thread, None
+            self._releases.clear()
+            if running is None:
+                return True
+            running[1].set()
+            self._cond.notify_all()
+        running[0].join(timeout)
+        return not running[0].is_alive()
 
     def _release_pending(self) -> None:
         with self._cond:
@@ -127,16 +149,17 @@ class LeaseKeeper:
             with self._cond:
                 self._releases.pop(owner, None)
 
-    def _loop(self) -> None:
+    def _loop(self, stop: threading.Event) -> None:
         idle = 0
-        while True:
+        while not stop.is_set():
             with self._cond:
                 # Asleep only after a while without leases: waking this thread for each
                 # short lease would cost the worker more than the lease itself.
-                while not self._held and not self._releases and idle >= _IDLE_POLLS:
+                while not self._held and not self._releases and idle >= _IDLE_POLLS and not stop.is_set():
                     self._cond.wait()
                     idle = 0
-            time.sleep(self.poll_seconds)
+            if stop.wait(self.poll_seconds):
+                return
             if self._releases:
                 self._release_pending()
             with self._cond:

@@ -23,7 +23,8 @@ import json
 import logging
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any
 
 from peewee import fn
@@ -447,6 +448,7 @@ class Extractor:
     def __init__(self, llm_settings: dict):
         self.llm_settings = llm_settings
         self._pool: ThreadPoolExecutor | None = None
+        self._last: Future | None = None  # the latest queued; its one thread runs them in order
         self._lock = threading.Lock()
 
     def submit(self, tenant_id: str, saved: list[tuple[str, int]], exchange: dict) -> None:
@@ -456,14 +458,18 @@ class Extractor:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcanvas-memory")
-            self._pool.submit(self._run, tenant_id, saved, dict(exchange))
+            self._last = self._pool.submit(self._run, tenant_id, saved, dict(exchange))
 
-    def wait_idle(self) -> None:
-        """Wait for the queued extractions (tests)."""
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for the queued extractions, at most ``timeout`` seconds (``None``: no
+        limit); whether all have run."""
         with self._lock:
             pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+            last, self._last = self._last, None
+        if pool is None:
+            return True
+        pool.shutdown(wait=timeout is None)
+        return last is None or futures_wait([last], timeout).not_done == set()
 
     def _run(self, tenant_id: str, saved: list[tuple[str, int]], exchange: dict) -> None:
         for memory_id, raw_id in saved:

@@ -202,16 +202,22 @@ class ParseWorkers:
         self.start()
         self._wake.set()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the threads after their current batch (the task stays queued for others)."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the threads after their current batch (the task stays queued for others,
+        its lease given back) and then the lease keeper; whether all ended within
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         self._wake.set()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        stopped = not any(thread.is_alive() for thread in self._threads)
+        # Only once no task is worked on: a task's lease is renewed by the keeper.
+        return stopped and self.keeper.stop(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -267,7 +273,9 @@ class ParseWorkers:
             with db.connection_context():
                 self._work(document_id, owner, stop)
         except TaskStopped:
-            log.info("parse of document %s stopped: no longer this worker's", document_id)
+            log.info(
+                "parse of document %s stopped: no longer this worker's, or the workers stop", document_id
+            )
         except PeeweeException:
             log.exception("parse of document %s lost the database; its lease will expire", document_id)
         finally:
@@ -350,7 +358,7 @@ class ParseWorkers:
             try:
                 return future.result(timeout=0.2)
             except FutureTimeout:
-                if stop.is_set():
+                if stop.is_set() or self._stop.is_set():
                     future.cancel()
                     raise TaskStopped() from None
             except BrokenProcessPool:
@@ -359,7 +367,8 @@ class ParseWorkers:
                 raise docparse.ParseError("the parser process ended unexpectedly (out of memory?)") from None
 
     def _check(self, stop: threading.Event) -> None:
-        if stop.is_set():
+        """End the task here if its lease is gone or cancelled, or the workers stop."""
+        if stop.is_set() or self._stop.is_set():
             raise TaskStopped()
 
     def _advance(self, document_id: str, owner: str, progress: float, note: str | None = None) -> None:

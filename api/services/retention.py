@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -267,6 +268,15 @@ def _keeper(lease_ms: int) -> LeaseKeeper:
         return keeper
 
 
+def stop_keepers(timeout: float = 10.0) -> bool:
+    """End the threads of the sweep lease's keepers (the next sweep starts them again);
+    whether all ended within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    with _keepers_lock:
+        keepers = list(_keepers.values())
+    return all([keeper.stop(max(0.0, deadline - time.monotonic())) for keeper in keepers])
+
+
 def sweep(
     settings: RetentionSettings,
     now: int | None = None,
@@ -337,8 +347,14 @@ class Sweeper:
         self._thread = threading.Thread(target=self._loop, name="agentcanvas-sweeper", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop sweeping; wait up to ``timeout`` seconds for a sweep under way to end.
+        Whether the thread has ended."""
         self._stop.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -19,7 +19,7 @@ import pytest
 from peewee import MySQLDatabase, OperationalError, PostgresqlDatabase
 
 import tests.api.components  # noqa: F401 - registers the test-only component types
-from api import create_app
+from api import create_app, stop_background
 from api.db import ALL_MODELS, SchemaVersion, db, init_database
 from api.services import tokens
 
@@ -68,8 +68,7 @@ def throwaway_database(server: str, prefix: str) -> Iterator[str]:
     admin.close()
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     yield url.format(name)
-    if db.obj is not None:
-        db.obj.close_all()
+    close_idle_connections()
     with admin.connection_context():
         admin.execute_sql(drop.format(name))
 
@@ -100,14 +99,57 @@ def database_url(backend, tmp_path, request) -> str:
         for table in ALL_MODELS:
             if table is not SchemaVersion:
                 table.delete().execute()
-    db.obj.close_all()
+    close_idle_connections()
     return url
 
 
+def close_idle_connections() -> None:
+    """Close this thread's database connection and the pool's idle ones.
+
+    Never ``close_all``: it also closes the connections other threads are in the middle
+    of a query on, and SQLite's driver then crashes the process (a segfault that hung
+    the whole xdist run). A connection still in use is left to its thread.
+    """
+    database = db.obj
+    if database is None:
+        return
+    if not database.is_closed():
+        database.close()
+    database.close_idle()
+    hosts = getattr(database, "host_list", None)
+    if hosts is not None:
+        hosts.stop()  # probing hosts that are down starts again when the pool is used
+
+
+def stop_apps(apps: list, timeout: float = 30.0) -> None:
+    """Stop what the apps started in the background (:func:`api.stop_background`: turns
+    finish, parse threads, the sweeper and the lease keepers end), then close the idle
+    connections. Fails naming what still runs after ``timeout`` seconds: left running,
+    it would use the next test's database through the shared ``db`` handle."""
+    running = []
+    for app in apps:
+        gate = (app.config.get("SERVICES") or {}).get("gate")
+        if gate is not None:
+            gate.set()  # turns held by the test components (tests/api/components.py) go on
+        running += stop_background(app, timeout)
+    close_idle_connections()
+    if running:
+        pytest.fail(f"still running {timeout:g} s after the test: {', '.join(running)}")
+
+
 @pytest.fixture
-def app_factory(database_url):
-    """Build apps on this test's database (``make(**config)``); all share the database."""
-    made = []
+def started_apps() -> Iterator[list]:
+    """The apps this test built, stopped at its end (:func:`stop_apps`); a test that
+    calls ``create_app`` itself appends the app to this list."""
+    apps: list = []
+    yield apps
+    stop_apps(apps)
+
+
+@pytest.fixture
+def app_factory(database_url, started_apps):
+    """Build apps on this test's database (``make(**config)``); all share the database
+    and are stopped at the end of the test."""
 
     def make(**config):
         settings = {
@@ -120,16 +162,10 @@ def app_factory(database_url):
         }
         settings.update(config)
         app = create_app(settings)
-        made.append(app)
+        started_apps.append(app)
         return app
 
-    yield make
-    for app in made:
-        app.config["SERVICES"]["gate"].set()
-        app.extensions["agentcanvas.turns"].wait_idle(30)
-        app.extensions["agentcanvas.parsing"].stop()
-    if db.obj is not None:
-        db.obj.close_all()
+    return make
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""create_app's layering: defaults, then conf/ and AGENTCANVAS_* variables, then the dict."""
+"""create_app's layering: defaults, then conf/ and AGENTCANVAS_* variables, then the dict;
+stop_background ending what it started."""
 
 from __future__ import annotations
 
@@ -6,31 +7,56 @@ import datetime
 import decimal
 import importlib
 import pkgutil
+import threading
 import uuid
 
 import pytest
 from flask import Blueprint, Flask
 from flask.json.provider import DefaultJSONProvider
 
-from api import create_app
-from tests.api.conftest import Api, make_token
+from api import create_app, stop_background
+from tests.api.conftest import Api, echo_dsl, make_token
+from tests.api.test_datasets import parsed_dataset
 
 
-def test_environment_overrides_conf_and_the_dict_overrides_both(monkeypatch, database_url):
+def test_environment_overrides_conf_and_the_dict_overrides_both(monkeypatch, app_factory):
     monkeypatch.setenv("AGENTCANVAS_LIMITS_PAGE_SIZE", "5")
-    from_env = create_app({"DATABASE_URL": database_url})
+    from_env = app_factory()
     api = Api(from_env, make_token(from_env))
     resp = api.get("/agents", query_string={"page_size": 6})
     assert resp.status_code == 400 and "between 1 and 5" in resp.json["message"]
 
-    from_dict = create_app({"DATABASE_URL": database_url, "PAGE_SIZE": 50})
+    from_dict = app_factory(PAGE_SIZE=50)
     assert Api(from_dict, api.token).get("/agents", query_string={"page_size": 6}).status_code == 200
 
 
-def test_database_url_from_the_environment(monkeypatch, database_url):
+def test_database_url_from_the_environment(monkeypatch, database_url, started_apps):
     monkeypatch.setenv("AGENTCANVAS_DATABASE_URL", database_url)
     app = create_app()
+    started_apps.append(app)
     assert app.config["DATABASE_URL"] == database_url
+
+
+def test_a_stopped_app_leaves_none_of_its_threads_running_and_still_answers(app_factory):
+    """Parse threads, the sweeper, the lease keepers and turns all end: one left running
+    went on using the process's database handle, and closing the pool under its query
+    crashed SQLite's driver (a segfault that hung the whole xdist run)."""
+    before = set(threading.enumerate())
+    app = app_factory(SWEEP_INTERVAL_SECONDS=0.05)
+    api = Api(app, make_token(app))
+    parsed_dataset(api)
+    agent_id = api.create_agent(echo_dsl())
+    assert api.ask(agent_id, api.create_session(agent_id), "hi").status_code == 200
+
+    def ours() -> set[str]:
+        return {
+            t.name for t in threading.enumerate() if t not in before and t.name.startswith("agentcanvas-")
+        }
+
+    assert {"agentcanvas-sweeper", "agentcanvas-parse-0", "agentcanvas-lease-keeper-Document"} <= ours()
+    assert stop_background(app) == []
+    assert ours() == set()
+    assert api.ask(agent_id, None, "still there").json["data"]["data"]["content"] == "echo: still there"
 
 
 @pytest.mark.parametrize(("key", "value"), [("LEASE_SECONDS", 0), ("PAGE_SIZE", "many"), ("LIMITS", [1])])
@@ -58,8 +84,8 @@ def test_the_db_package_is_reachable_through_api():
         [],
     ],
 )
-def test_json_replies_read_as_flask_writes_them(database_url, value):
-    app = create_app({"DATABASE_URL": database_url})
+def test_json_replies_read_as_flask_writes_them(app_factory, value):
+    app = app_factory()
     flask_own = DefaultJSONProvider(app)
     flask_own.ensure_ascii = flask_own.sort_keys = False
     with app.test_request_context():

@@ -233,23 +233,25 @@ def test_a_server_on_a_read_only_sqlite_file_fails_at_start(sqlite_file):
         init_database(f"sqlite:///{sqlite_file}")
 
 
-def test_writes_work_again_as_soon_as_the_sqlite_file_is_writable(sqlite_file):
-    app = create_app({"DATABASE_URL": f"sqlite:///{sqlite_file}", "SWEEP_INTERVAL_SECONDS": 0})
-    try:
-        api = Api(app, make_token(app))
-        assert api.post("/agents", json={"title": "before", "dsl": echo_dsl()}).status_code == 200
-        _immutable(sqlite_file, True)
-        db.obj.close_all()  # connections opened from now on are read-only
-        refused = api.post("/agents", json={"title": "during", "dsl": echo_dsl()})
-        assert refused.status_code == 503 and refused.headers["Retry-After"], refused.json
-        assert (
-            "cannot be reached" in refused.json["message"] and str(sqlite_file) not in refused.json["message"]
-        )
-        _immutable(sqlite_file, False)
-        assert api.post("/agents", json={"title": "after", "dsl": echo_dsl()}).status_code == 200
-    finally:
-        app.extensions["agentcanvas.parsing"].stop()
-        db.obj.close_all()
+def test_writes_work_again_as_soon_as_the_sqlite_file_is_writable(sqlite_file, started_apps):
+    # No parse thread: none is in the middle of a query when close_all below closes every connection.
+    app = create_app(
+        {
+            "DATABASE_URL": f"sqlite:///{sqlite_file}",
+            "SWEEP_INTERVAL_SECONDS": 0,
+            "DATASETS": {"parse_threads": 0},
+        }
+    )
+    started_apps.append(app)
+    api = Api(app, make_token(app))
+    assert api.post("/agents", json={"title": "before", "dsl": echo_dsl()}).status_code == 200
+    _immutable(sqlite_file, True)
+    db.obj.close_all()  # connections opened from now on are read-only
+    refused = api.post("/agents", json={"title": "during", "dsl": echo_dsl()})
+    assert refused.status_code == 503 and refused.headers["Retry-After"], refused.json
+    assert "cannot be reached" in refused.json["message"] and str(sqlite_file) not in refused.json["message"]
+    _immutable(sqlite_file, False)
+    assert api.post("/agents", json={"title": "after", "dsl": echo_dsl()}).status_code == 200
 
 
 def test_a_mysql_connection_returned_inside_a_transaction_does_not_carry_it_on(mysql_url):

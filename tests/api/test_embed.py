@@ -520,7 +520,6 @@ def test_embed_origins_migration_adds_the_column_to_an_older_database(app, datab
         table = Agent._meta.table_name
         db.execute_sql(f"ALTER TABLE {table} DROP COLUMN embed_origins")
         SchemaVersion.delete().where(SchemaVersion.version == 2).execute()
-    db.obj.close_all()
     init_database(database_url, max_connections=4)
     with db.connection_context():
         assert "embed_origins" in {c.name for c in db.get_columns(Agent._meta.table_name)}

@@ -403,7 +403,6 @@ def test_migration_15_leaves_earlier_uploads_to_their_agent(api: Api, database_u
         db.execute_sql(f"ALTER TABLE {UploadFile._meta.table_name} DROP COLUMN sweepable")
         db.execute_sql(f"DROP TABLE {SessionFile._meta.table_name}")
         SchemaVersion.delete().where(SchemaVersion.version == 15).execute()
-    db.obj.close_all()
     init_database(database_url, max_connections=4)
 
     assert api.ask(agent, session, "read", files=[earlier]).status_code == 200

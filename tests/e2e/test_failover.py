@@ -19,7 +19,7 @@ import pytest
 
 from api import create_app
 from api.db import db, init_database, open_database
-from tests.api.conftest import Api, echo_dsl, make_token
+from tests.api.conftest import Api, echo_dsl, make_token, stop_apps
 from tests.e2e.conftest import until
 from tests.e2e.faults import PrivateMariaDB, PrivatePostgres, PrivateServer
 
@@ -97,11 +97,7 @@ def test_a_worker_moves_to_the_next_host_and_comes_back(two_servers, caplog):
         second.kill()
         assert titles() == ["on the first host"]
     finally:
-        if app is not None:
-            app.config["SERVICES"]["gate"].set()
-            app.extensions["agentcanvas.parsing"].stop()
-        if db.obj is not None:
-            db.obj.close_all()
+        stop_apps([app] if app is not None else [])
 
 
 def test_a_frozen_host_is_passed_over_not_waited_for(tmp_path):

@@ -23,6 +23,9 @@ from tests.e2e.conftest import SAMPLES, Client, Deployment, until
 from tests.e2e.galera_load import CounterLoad, Reply, check_sessions, stored_counter
 from tests.galera import GaleraCluster
 
+# The cluster's start alone (the module's first test) is bounded at 10 minutes (tests/galera.py).
+pytestmark = pytest.mark.timeout(1200)
+
 SESSIONS = 3
 CLIENTS = 8
 #: Seconds of load in the test without faults.

@@ -17,12 +17,14 @@ import pymysql
 import pytest
 
 from api import create_app
-from api.db import cluster, db, open_database
-from tests.api.conftest import Api, echo_dsl, make_token
+from api.db import cluster, open_database
+from tests.api.conftest import Api, echo_dsl, make_token, stop_apps
 from tests.e2e.conftest import until
 from tests.galera import GaleraCluster
 
 DATABASE = "agentcanvas_galera_backend"
+# The cluster's start alone (the module's first test) is bounded at 10 minutes (tests/galera.py).
+pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
@@ -262,9 +264,7 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
         turn.join(60)
     finally:
         locker.close()
-        app.config["SERVICES"]["gate"].set()
-        app.extensions["agentcanvas.parsing"].stop()
-        db.obj.close_all()
+        stop_apps([app])
     assert replies, "the turn did not answer"
     (after,) = galera.query(3, version, session_id, database=name)[0]
     aborted = int(galera.wsrep(1)["wsrep_local_bf_aborts"]) - aborts_before

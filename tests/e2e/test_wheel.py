@@ -23,6 +23,9 @@ import requests
 from tests.api.conftest import ROOT
 from tests.e2e.conftest import AGENTCANVAS, ServerProcess
 
+# Building, installing and running the wheel are bounded at up to 14 minutes together.
+pytestmark = pytest.mark.timeout(1200)
+
 SAMPLES = sorted(p.stem for p in (ROOT / "samples").glob("*.json"))
 
 
