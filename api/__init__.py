@@ -9,9 +9,11 @@ date here, so every process that builds the app can serve at once.
 from __future__ import annotations
 
 import time
+from inspect import iscoroutinefunction
 from typing import Any
 
 from flask import Flask
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from agent.settings import load_settings
@@ -26,9 +28,47 @@ from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
 
 
+class _NoCookieSessions(SecureCookieSessionInterface):
+    """The API keeps no cookie sessions (every request carries its token). Without a
+    secret key Flask makes each request an empty session that refuses writes; this
+    hands out one such session, made once, instead of one per request."""
+
+    _null: Any = None
+
+    def open_session(self, app: Flask, request: Any) -> Any:
+        if app.secret_key:
+            return super().open_session(app, request)
+        if self._null is None:
+            self._null = self.make_null_session(app)
+        return self._null
+
+
+class App(Flask):
+    """Flask, minus per-request work the API does not need (see :class:`_NoCookieSessions`,
+    :meth:`ensure_sync`)."""
+
+    session_interface = _NoCookieSessions()
+    #: How many functions :meth:`ensure_sync` remembers (the app's views and hooks).
+    _SYNC_MEMORY = 1024
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._sync: dict[Any, Any] = {}
+
+    def ensure_sync(self, func: Any) -> Any:
+        """Flask's, remembered per function: it asked ``iscoroutinefunction`` of every
+        view and hook on every request."""
+        sync = self._sync.get(func)
+        if sync is None:
+            sync = self.async_to_sync(func) if iscoroutinefunction(func) else func
+            if len(self._sync) < self._SYNC_MEMORY:
+                self._sync[func] = sync
+        return sync
+
+
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """Build the app (see the module docstring for where settings come from)."""
-    app = Flask(__name__)
+    app = App(__name__)
     app.config.from_mapping(app_config.DEFAULTS)
     app_config.merge(app.config, app_config.from_settings(load_settings()))
     if config:

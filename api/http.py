@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from flask import Response, current_app, g, jsonify, request
 from flask.json.provider import DefaultJSONProvider
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from api.errors import SUCCESS, ArgumentError
 
@@ -69,8 +69,27 @@ def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
 
 def _body_bytes() -> bytes:
     """The request body; one sent chunked over ``MAX_CONTENT_LENGTH`` is refused, not cut short."""
-    raw = request.get_data(cache=True)
     limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    environ = request.environ
+    length = environ.get("CONTENT_LENGTH")
+    if (
+        length
+        and length.isdigit()
+        and length.isascii()
+        and "HTTP_TRANSFER_ENCODING" not in environ
+        and getattr(request, "_cached_data", None) is None
+    ):
+        # The common case, a body of a given length: read at once, without Werkzeug's
+        # stream wrappers, and kept as request.get_data() keeps it for any later reader.
+        size = int(length)
+        if limit is not None and size > limit:
+            raise RequestEntityTooLarge()
+        raw = environ["wsgi.input"].read(size) if size else b""
+        if len(raw) < size and "wsgi.input_terminated" not in environ:
+            raise ClientDisconnected()  # as Werkzeug's stream says it
+        request._cached_data = raw
+        return raw
+    raw = request.get_data(cache=True)
     # A chunked body has no Content-Length to refuse it by up front, and Werkzeug stops
     # reading it at the limit without saying so: a body that fills the limit and still
     # has bytes to come is too large (413), not malformed JSON.

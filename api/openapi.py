@@ -22,13 +22,18 @@ declaration are listed too (path, method, path parameters). Reading the document
 
 from __future__ import annotations
 
+import functools
+import types
+import typing
+from collections.abc import Callable
 from typing import Any
 
-from flask import make_response
+from flask import abort, jsonify, make_response, request
 from pydantic import BaseModel, ConfigDict
 from spectree import SecurityScheme, SecuritySchemeData, SpecTree
 from spectree.plugins.base import Context
 from spectree.plugins.flask_plugin import FlaskPlugin
+from spectree.utils import default_after_handler
 
 from api.errors import ArgumentError
 from api.http import json_body, json_type
@@ -76,9 +81,56 @@ class _Plugin(FlaskPlugin):
             if query is None and form is None and headers is None and cookies is None:
                 # The common case, a JSON body alone: checked as parsed above, once (the
                 # view's json_body() gets the same object), not parsed again by spectree.
-                request.context = Context(None, self.model_adapter.validate_obj(json, body), None, None, None)
+                # A body whose declared keys all hold exactly their declared kinds is
+                # valid without building the model (views read json_body(), never the
+                # model); anything else, valid or not, goes through pydantic as before.
+                plain = plain_fields(json)
+                if plain is None or not _fits(plain, body):
+                    request.context = Context(
+                        None, self.model_adapter.validate_obj(json, body), None, None, None
+                    )
                 return
         super().request_validation(request, query, json, form, headers, cookies)
+
+    def validate(  # noqa: PLR0913 - spectree's signature
+        self,
+        func: Callable,
+        query: Any,
+        json: Any,
+        form: Any,
+        headers: Any,
+        cookies: Any,
+        resp: Any,
+        before: Any,
+        after: Any,
+        validation_error_status: int,
+        skip_validation: bool,
+        force_resp_serialize: bool,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """spectree's request check, then the view; its reply goes to Flask as it is.
+
+        Our routes declare no reply model and no ``after`` hook, so spectree's reply
+        step (unpack the reply, make it a response again, call a hook that does
+        nothing) is skipped; anything else takes spectree's own path.
+        """
+        if resp is not None or skip_validation or after is not default_after_handler:
+            return super().validate(
+                func, query, json, form, headers, cookies, resp, before, after,
+                validation_error_status, skip_validation, force_resp_serialize, *args, **kwargs,
+            )  # fmt: skip
+        try:
+            self.request_validation(request, query, json, form, headers, cookies)
+        except self.model_adapter.validation_error as err:
+            # refuse_invalid raises the 400 in our words; spectree's own reply otherwise.
+            response = make_response(
+                jsonify(self.model_adapter.validation_errors(err)), validation_error_status
+            )
+            before(request, response, err, None, self.model_adapter)
+            abort(response)
+        before(request, None, None, None, self.model_adapter)
+        return func(*args, **kwargs)
 
     def validate_response(
         self, resp: Any, resp_model: Any, skip_validation: bool, force_resp_serialize: bool
@@ -86,6 +138,54 @@ class _Plugin(FlaskPlugin):
         if resp_model is None:
             return make_response(resp), None
         return super().validate_response(resp, resp_model, skip_validation, force_resp_serialize)
+
+
+#: The kinds a JSON body holds, as json_body() reads them.
+_JSON_KINDS = frozenset({str, bool, int, float, dict, list, type(None)})
+
+
+@functools.cache
+def plain_fields(model: type[BaseModel]) -> tuple[tuple[str, bool, frozenset], ...] | None:
+    """``(key, required, kinds)`` per field when every field of ``model`` is a plain JSON kind
+    or a union of them, without constraints or validators; else ``None``.
+
+    A value whose type is exactly one of its field's kinds is what pydantic accepts
+    as it is, so a body whose declared keys all hold such values is valid.
+    """
+    decorators = model.__pydantic_decorators__
+    if model.model_config.get("extra") != "allow" or any(
+        (
+            decorators.validators,
+            decorators.field_validators,
+            decorators.root_validators,
+            decorators.model_validators,
+        )
+    ):
+        return None
+    out = []
+    for name, info in model.model_fields.items():
+        kinds = (
+            typing.get_args(info.annotation)
+            if typing.get_origin(info.annotation) in (typing.Union, types.UnionType)
+            else (info.annotation,)
+        )
+        if info.metadata or info.validation_alias not in (None, info.alias) or not set(kinds) <= _JSON_KINDS:
+            return None
+        required = info.is_required()
+        out.append((info.alias or name, required, frozenset(kinds)))
+        if info.alias and info.alias != name:
+            out.append((name, False, frozenset(kinds)))  # given by its name (populate_by_name)
+    return tuple(out)
+
+
+def _fits(fields: tuple[tuple[str, bool, frozenset], ...], body: dict) -> bool:
+    for key, required, kinds in fields:
+        if key in body:
+            if type(body[key]) not in kinds:
+                return False
+        elif required:
+            return False
+    return True
 
 
 _TYPE_WORDS = {

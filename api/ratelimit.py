@@ -250,6 +250,12 @@ def _setting(scope: str, agent: Any) -> str:
     return f"AGENTCANVAS_RATE_LIMIT_{scope.upper()}"
 
 
+def limited(scope: str, agent: Any = None) -> bool:
+    """Whether ``scope`` has a limit on the current app (for ``agent``): else :func:`hit`
+    does nothing, and the caller need not work out its key."""
+    return bool(current_app.extensions["agentcanvas.ratelimit"].limits_for(scope, agent))
+
+
 def hit(scope: str, key: str, agent: Any = None) -> None:
     """:meth:`Limiter.hit` on the current app's limiter (see the module docstring)."""
     current_app.extensions["agentcanvas.ratelimit"].hit(scope, key, agent)
