@@ -263,8 +263,9 @@ class Memory(BaseModel):
 
 
 class SessionSnapshot(BaseModel):
-    """A kept earlier state of a session: the snapshot it had after ``round`` turns,
-    zlib-compressed (``packed``), so that keeping it costs a turn few bytes.
+    """A kept earlier state of a session: the snapshot it had after ``round`` turns
+    (``packed``: the snapshot's text as the database copied it from the session row, or,
+    kept by earlier versions, zlib-compressed; :func:`api.services.history.unpack`).
 
     The turn service keeps the last ``session.keep_snapshots`` of them on the session's
     active branch, for regenerate and undo (see :mod:`api.services.history`).

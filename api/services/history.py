@@ -13,6 +13,13 @@ is nothing to regenerate or undo).
 Both take back the last turn: its messages stay in the log marked ``abandoned``; the
 keyed memory it wrote is removed, and the session's history and node memory are those
 of the restored snapshot. So what the next turn sees follows the active branch only.
+
+A kept state is the snapshot's text as it was, copied by the database from the
+session row just before the turn's ``UPDATE`` replaces it (:func:`keep_current`):
+the turn neither compresses it (zlib cost more CPU than the rest of the commit) nor
+sends it. Postgres compresses such values itself (TOAST); on SQLite and MySQL a kept
+state takes the snapshot's size. Rows kept zlib-compressed by earlier versions are
+still read (:func:`unpack`).
 These functions run inside the turn service's one end-of-turn transaction
 (:mod:`api.services.turns`), which alone writes a session's state.
 """
@@ -22,7 +29,10 @@ from __future__ import annotations
 import json
 import zlib
 
-from api.db import MemoryEntry, MessageLog, SessionSnapshot, now_ms
+from peewee import fn
+
+from api.db import MemoryEntry, MessageLog, Session, SessionSnapshot, db, now_ms
+from api.db.database import is_postgres
 from api.db.prepared import Prepared
 from api.errors import Conflict
 
@@ -46,7 +56,18 @@ def kept_snapshot(session_id: str, round_no: int) -> str:
             f"session {session_id!r} keeps no state from before its last turn: only the last "
             f"session.keep_snapshots turns can be regenerated or undone (0 keeps none)"
         )
-    return zlib.decompress(bytes(row.packed)).decode("utf-8")
+    return unpack(row.packed)
+
+
+def unpack(packed: str | bytes | memoryview) -> str:
+    """A kept state as text: kept as it was (the snapshot's UTF-8, or text on SQLite), or
+    zlib-compressed, as earlier versions kept it."""
+    if isinstance(packed, str):
+        return packed
+    data = bytes(packed)
+    if data[:1] == b"{":  # a snapshot is a JSON object; zlib's first byte is never "{"
+        return data.decode("utf-8")
+    return zlib.decompress(data).decode("utf-8")
 
 
 def last_request(session_id: str, round_no: int) -> dict:
@@ -72,12 +93,27 @@ def last_request(session_id: str, round_no: int) -> dict:
     return {"query": row.content, "inputs": meta.get("inputs") or None, "files": meta.get("files") or None}
 
 
-# Every turn runs these two: compiled once per database (api.db.prepared).
-_KEEP_SNAPSHOT = Prepared(
-    lambda m: SessionSnapshot.insert(
-        session_id=m("session_id"), round=m("round"), packed=m("packed"), create_time=m("now")
+def _copy_current(m):  # noqa: ANN001, ANN202 - a Prepared builder
+    """``INSERT … SELECT``: the session's snapshot as it is now, copied by the database."""
+    snapshot = Session.snapshot
+    if is_postgres(db):
+        snapshot = fn.convert_to(Session.snapshot, "UTF8")  # text into bytea
+    query = Session.select(Session.id, Session.round, snapshot, m("now")).where(
+        (Session.id == m("session_id")) & (Session.version == m("version"))
     )
-)
+    return SessionSnapshot.insert_from(
+        query,
+        [
+            SessionSnapshot.session_id,
+            SessionSnapshot.round,
+            SessionSnapshot.packed,
+            SessionSnapshot.create_time,
+        ],
+    )
+
+
+# Every turn runs these: compiled once per database (api.db.prepared).
+_KEEP_CURRENT = Prepared(_copy_current)
 _DROP_OLD_SNAPSHOTS = Prepared(
     lambda m: SessionSnapshot.delete().where(
         (SessionSnapshot.session_id == m("session_id")) & (SessionSnapshot.round <= m("oldest_dropped"))
@@ -85,23 +121,22 @@ _DROP_OLD_SNAPSHOTS = Prepared(
 )
 
 
-def pack(snapshot: str) -> bytes:
-    """A snapshot as :func:`keep_before_turn` keeps it (made before the turn's transaction)."""
-    return zlib.compress(snapshot.encode("utf-8"), 1)
+def keep_current(session_id: str, version: int, round_no: int, keep: int) -> int:
+    """Keep the session's snapshot as it is (the state after ``round_no`` turns, at
+    ``version``) before the turn's ``UPDATE`` replaces it, and drop the kept rows past
+    ``keep``; the number of rows kept (0: the session is no longer at ``version``).
 
-
-def keep_before_turn(session_id: str, round_no: int, packed: bytes, keep: int) -> None:
-    """Keep ``packed`` (:func:`pack` of the state after ``round_no`` turns) and drop the rows
-    past ``keep``.
-
-    The rows past ``keep`` are dropped every ``keep`` turns (one ``DELETE`` per ``keep``
-    turns, not per turn), so a session holds between ``keep`` and ``2 × keep`` of them.
+    The database copies the snapshot itself (``INSERT … SELECT``): nothing is sent or
+    compressed. The rows past ``keep`` are dropped every ``keep`` turns (one ``DELETE``
+    per ``keep`` turns, not per turn), so a session holds between ``keep`` and
+    ``2 × keep`` of them.
     """
     if keep <= 0:
-        return
-    _KEEP_SNAPSHOT.execute(session_id=session_id, round=round_no, packed=packed, now=now_ms())
+        return 0
+    kept = _KEEP_CURRENT.execute(session_id=session_id, version=version, now=now_ms())
     if round_no >= keep and round_no % keep == 0:
         _DROP_OLD_SNAPSHOTS.execute(session_id=session_id, oldest_dropped=round_no - keep)
+    return kept
 
 
 def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:

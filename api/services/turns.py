@@ -215,9 +215,8 @@ class _Claim:
     round: int
     prior_status: str
     usage_before: dict
-    # The state the turn ran from (kept for undo), and whether it took back the last
-    # turn (a regenerate: it ran from the kept state after ``round`` turns).
-    prior_snapshot: str = ""
+    # Whether it took back the last turn (a regenerate: it ran from the kept state
+    # after ``round`` turns).
     rewound: bool = False
 
 
@@ -508,7 +507,6 @@ class TurnService:
             round=row.round,
             prior_status="paused" if row.pending_form else "idle",
             usage_before=dict(usage),
-            prior_snapshot=row.snapshot,
         )
         if base is not None:
             claim.round, claim.rewound = row.round - 1, True
@@ -844,11 +842,12 @@ class TurnService:
             save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
-        kept = None
-        if snapshot is not None and not claim.rewound and self.keep_snapshots > 0:
-            kept = history.pack(claim.prior_snapshot)
         exchange_values = {f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
         with write_transaction():
+            if snapshot is not None and not claim.rewound:
+                # The state the turn ran from, copied before the UPDATE replaces it (where
+                # the version is still the one read; else the UPDATE finds out below).
+                history.keep_current(claim.session_id, claim.version, claim.round, self.keep_snapshots)
             if save.execute(**values) != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
@@ -860,8 +859,6 @@ class TurnService:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
-                elif kept is not None:
-                    history.keep_before_turn(claim.session_id, claim.round, kept, self.keep_snapshots)
             if rows:
                 _APPEND_EXCHANGE.execute(**exchange_values)
             if used_files:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+import zlib
 
 import pytest
 
+from api.db import SessionSnapshot
+from api.services.history import unpack
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
 from tests.api.test_memory_api import keyed_dsl, remembered, sent_history
 from tests.llm_server import LLMServer, text
@@ -130,6 +133,28 @@ def test_with_no_kept_states_there_is_nothing_to_take_back(app_factory):
         resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/{action}", json={"stream": False})
         assert resp.status_code == 409 and "session.keep_snapshots" in resp.json["message"]
     assert api.session(agent_id, session_id)["version"] == 2
+
+
+def test_states_kept_compressed_by_earlier_versions_are_restored(api: Api):
+    """Earlier versions kept states zlib-compressed; a database upgraded with such rows
+    still regenerates and undoes from them (turns now keep the snapshot as it is)."""
+    agent_id = api.create_agent(counter_dsl())
+    session_id = api.create_session(agent_id)
+    for q in "abc":
+        api.ask(agent_id, session_id, q)
+    with api.app.app_context():
+        for row in SessionSnapshot.select().where(SessionSnapshot.session_id == session_id):
+            text = unpack(row.packed)
+            assert text.startswith("{")  # kept as it was
+            packed = zlib.compress(text.encode("utf-8"), 1)
+            SessionSnapshot.update(packed=packed).where(SessionSnapshot.id == row.id).execute()
+
+    resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={"stream": False})
+    assert answer(resp) == "3: c"
+    undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
+    assert answer(api.post(undo, json={"stream": False})) == "2: b"
+    assert answer(api.post(undo, json={"stream": False})) == "1: a"
+    assert answer(api.ask(agent_id, session_id, "d")) == "2: d"
 
 
 @pytest.mark.parametrize("action", ["undo", "regenerate"])

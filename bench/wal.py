@@ -1,0 +1,92 @@
+"""SQLite WAL pages written per committed request: ours against the floor.
+
+Each subject plays the intake form's pause/resume conversation (two requests per
+turn, as ``bench/turns.py``) on its own SQLite file with automatic checkpoints off;
+after a warm-up the WAL is emptied, a window of turns is played, and the frames the
+WAL grew by are counted (one frame = one database page written by a commit). Pages
+written is what a commit costs SQLite beyond the statements themselves: every page a
+transaction dirties is copied to the WAL at ``COMMIT`` and back at the checkpoint.
+
+    .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sqlite3
+import sys
+import tempfile
+
+from _path import BENCH
+
+# bench/turns.py's subjects (not by putting this folder on the path: see _path).
+_spec = importlib.util.spec_from_file_location("bench_turns", os.path.join(BENCH, "turns.py"))
+turns = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(turns)
+Floor, Ours = turns.Floor, turns.Ours
+
+
+def wal_frames(path: str) -> int:
+    """Frames in the WAL of database ``path`` (its file's size, header and frame headers out)."""
+    page = sqlite3.connect(path).execute("PRAGMA page_size").fetchone()[0]
+    try:
+        size = os.path.getsize(path + "-wal")
+    except FileNotFoundError:
+        return 0
+    return max(0, size - 32) // (page + 24)
+
+
+def truncate_wal(path: str) -> None:
+    conn = sqlite3.connect(path)
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    conn.close()
+    assert not busy, "the WAL could not be checkpointed (a reader holds it)"
+
+
+def no_autocheckpoint(database: object) -> None:
+    pragmas = dict(database._pragmas)
+    pragmas["wal_autocheckpoint"] = 0
+    database._pragmas = list(pragmas.items())
+    database.close_all()
+
+
+def measure(name: str, subject: object, path: str, warmup: int, turns: int) -> float:
+    for i in range(1, warmup + 1):
+        subject.turn(i)
+    truncate_wal(path)
+    for i in range(warmup + 1, warmup + turns + 1):
+        subject.turn(i)
+    frames = wal_frames(path)
+    per_request = frames / (2 * turns)
+    print(f"{name:<28}{frames:>8} frames  {per_request:6.2f} pages per request")
+    return per_request
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--turns", type=int, default=100)
+    parser.add_argument("--keep", type=int, default=None, help="session.keep_snapshots for ours")
+    args = parser.parse_args()
+    tmp = tempfile.mkdtemp(prefix="agentcanvas-wal-")
+    ours_path = f"{tmp}/ours.db"
+    ours = Ours(f"sqlite:///{ours_path}")
+    if args.keep is not None:
+        ours.svc.keep_snapshots = args.keep
+    no_autocheckpoint(ours.database)
+    floor_path = f"{tmp}/floor.db"
+    floor = Floor(f"sqlite:///{floor_path}", False)
+    floor.store.conn().execute("PRAGMA wal_autocheckpoint=0")
+    measure("ours", ours, ours_path, args.warmup, args.turns)
+    measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns)
+    ours.close()
+    floor.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
