@@ -170,6 +170,22 @@ class Canvas:
     def __init__(
         self, dsl: str | bytes | dict, *, limits: Limits | None = None, services: dict | None = None
     ):
+        self._start_fresh(limits, services)
+        self._load(dsl)
+
+    @classmethod
+    def _adopt(
+        cls, parsed: dict, text: str, *, limits: Limits | None = None, services: dict | None = None
+    ) -> Canvas:
+        """``Canvas(text)`` made from ``parsed``, the value ``text`` parses to (handed
+        over, not copied): what :meth:`KeptCanvas.load` uses."""
+        canvas = cls.__new__(cls)
+        canvas._start_fresh(limits, services)
+        canvas._load(parsed, text)
+        return canvas
+
+    def _start_fresh(self, limits: Limits | None, services: dict | None) -> None:
+        """Everything a canvas holds that is not its snapshot (set before it is loaded)."""
         self.limits = limits or Limits()
         self.services: dict[str, Any] = dict(services or {})
         self.cancel_check: Callable[[], bool] | None = None
@@ -181,21 +197,26 @@ class Canvas:
         self.deadline: Deadline = unlimited()
         self.sleep: Callable[[float], None] = lambda seconds: self.deadline.sleep(seconds)
         self.warnings: list[str] = []
-        self._load(dsl)
 
     # ------------------------------------------------------------------ loading
-    def _load(self, dsl: str | bytes | dict) -> None:
+    def _load(self, dsl: str | bytes | dict, text: str | None = None) -> None:
+        """Load ``dsl``; ``text``: the JSON text the dict ``dsl`` was parsed from (then
+        ``dsl`` is taken over as it is, not copied)."""
         # The text a canvas was loaded from is the rollback point of its first run,
         # so a turn that succeeds never pays for a copy of the state.
-        self._pristine: str | bytes | None = dsl if isinstance(dsl, (str, bytes)) else None
+        self._pristine: str | bytes | None = dsl if isinstance(dsl, (str, bytes)) else text
+        # Whether the loaded values are plain JSON (see keep()).
+        self._plain = text is not None
+        if isinstance(self._pristine, (str, bytes)):
+            size = len(self._pristine)
+            if size > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
+                raise DSLError(f"the DSL is {size} bytes; the limit is {self.limits.max_dsl_bytes}")
         if isinstance(dsl, (str, bytes)):
-            if len(dsl) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
-                raise DSLError(f"the DSL is {len(dsl)} bytes; the limit is {self.limits.max_dsl_bytes}")
             try:
-                dsl = jsonio.loads(dsl)
+                dsl, self._plain = jsonio.loads_plain(dsl)
             except ValueError as e:
                 raise DSLError(f"the DSL is not valid JSON: {e}") from None
-        else:
+        elif text is None:
             dsl = copy.deepcopy(dsl)
         if not isinstance(dsl, dict):
             raise DSLError(f"the DSL must be a JSON object, got {type(dsl).__name__}")
@@ -425,6 +446,30 @@ class Canvas:
             )
         return text
 
+    def keep(self, text: str) -> KeptCanvas | None:
+        """This canvas as ``text`` holds it, ``text`` being its ``str()`` (just stored),
+        to be loaded again without parsing ``text``: see :class:`KeptCanvas`.
+
+        ``None`` when the canvas could differ from ``Canvas(text)``: it was loaded from
+        JSON only the standard library reads (``NaN``...), or a value of its state does
+        not read back from ``text`` as it is (what a run put there is written once more
+        and looked for in ``text``; the DSL and the history hold parsed JSON as loaded).
+        """
+        if not self._plain or not isinstance(text, str):
+            return None
+        for entry in self.history[-2:]:  # the pair a run adds (built from text)
+            if type(entry) is not list or len(entry) != 2 or not all(type(x) is str for x in entry):
+                return None
+        kept = self.to_dict()
+        for key in _KEPT_AS_TEXT:
+            if key in kept:
+                part = jsonio.dumps(kept[key])
+                if f'"{key}":{part}' not in text:
+                    return None
+                kept[key] = part
+        kept["history"] = list(self.history)
+        return KeptCanvas(text, kept)
+
     def _runtime_state(self) -> str | bytes:
         """A rollback point: the loaded text if nothing ran since, else a dump."""
         if self._pristine is not None:
@@ -433,7 +478,8 @@ class Canvas:
         return jsonio.dumps({k: d.get(k) for k in _RUNTIME_KEYS})
 
     def _restore_runtime_state(self, text: str | bytes) -> None:
-        d = jsonio.loads(text)
+        d, plain = jsonio.loads_plain(text)
+        self._plain = self._plain and plain
         if "dsl" in d and "components" not in d:
             d = d["dsl"]
         self.path = d["path"]
@@ -1066,6 +1112,42 @@ class Canvas:
         for cid in reachable:
             needed.update(r.name for r in self.references_of(cid) if r.scope == "cpn")
         return frozenset(needed)
+
+
+#: The snapshot keys a run changes, kept as JSON text by :meth:`Canvas.keep` (and
+#: ``history``, kept as it is: pairs of text, plain JSON by construction).
+_KEPT_AS_TEXT = tuple(k for k in _RUNTIME_KEYS if k != "history")
+
+
+class KeptCanvas:
+    """A canvas as its last turn left it, for the next turn in this process: loads,
+    once, into a canvas equal to ``Canvas(text)`` without parsing ``text``.
+
+    Made by :meth:`Canvas.keep` once ``text = str(canvas)`` was stored. Holds the
+    snapshot's parsed DSL and history as that canvas had them (never changed by a run:
+    components' params are private copies) and the rest of the state as JSON text,
+    parsed again on :meth:`load`, so that the loaded canvas shares no object a run
+    changes with the canvas it was kept from.
+
+    Attributes:
+        text: the snapshot (what ``Canvas(text)`` would load).
+    """
+
+    __slots__ = ("_dsl", "text")
+
+    def __init__(self, text: str, dsl: dict):
+        self.text = text
+        self._dsl: dict | None = dsl
+
+    def load(self, *, limits: Limits | None = None, services: dict | None = None) -> Canvas:
+        """The canvas (as ``Canvas(self.text, limits=..., services=...)``); only once."""
+        dsl, self._dsl = self._dsl, None
+        if dsl is None:
+            raise RuntimeError("a kept canvas is loaded once")
+        for key in _KEPT_AS_TEXT:
+            if key in dsl:
+                dsl[key] = jsonio.loads(dsl[key])
+        return Canvas._adopt(dsl, self.text, limits=limits, services=services)
 
 
 def _reference_chunk(chunk: dict) -> dict:

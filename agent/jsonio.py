@@ -33,3 +33,14 @@ def loads(text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+def loads_plain(text: str | bytes) -> tuple[Any, bool]:
+    """:func:`loads`, and whether the text was plain JSON (orjson read it).
+
+    A plain JSON value dumps back to text that parses to an equal value; a value only
+    the standard library reads may not (``NaN`` dumps as ``null``)."""
+    try:
+        return orjson.loads(text), True
+    except orjson.JSONDecodeError:
+        return json.loads(text), False

@@ -10,6 +10,8 @@ key                       from
 ``LEASE_SECONDS``         ``server.lease_seconds``
 ``CANCEL_POLL_SECONDS``   ``server.cancel_poll_seconds``
 ``DB_MAX_CONNECTIONS``    ``server.db_max_connections``
+``CANVAS_CACHE_ENTRIES``  ``server.canvas_cache_entries``
+``CANVAS_CACHE_BYTES``    ``server.canvas_cache_bytes``
 ``MAX_CONTENT_LENGTH``    ``limits.max_body_bytes``
 ``PAGE_SIZE``             ``limits.page_size``
 ``MAX_TRANSCRIPT_BYTES``  ``session.max_transcript_bytes``
@@ -40,6 +42,11 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 30,
     # How often a running turn looks at the database for a cancel request.
     "CANCEL_POLL_SECONDS": 0.5,
+    # Per worker process: the canvases of the sessions whose last turn it ran, so that
+    # their next turn there skips parsing the snapshot (api/services/canvas_cache.py);
+    # at most this many sessions (0: off) and this much snapshot text.
+    "CANVAS_CACHE_ENTRIES": 1000,
+    "CANVAS_CACHE_BYTES": 32 * 1024 * 1024,
     "MAX_CONTENT_LENGTH": 16 * 1024 * 1024,
     "PAGE_SIZE": 100,
     # The most bytes a session's message log may hold (its stored transcript).
@@ -67,6 +74,8 @@ _FROM_SETTINGS = {
     "LEASE_SECONDS": ("server", "lease_seconds"),
     "CANCEL_POLL_SECONDS": ("server", "cancel_poll_seconds"),
     "DB_MAX_CONNECTIONS": ("server", "db_max_connections"),
+    "CANVAS_CACHE_ENTRIES": ("server", "canvas_cache_entries"),
+    "CANVAS_CACHE_BYTES": ("server", "canvas_cache_bytes"),
     "MAX_CONTENT_LENGTH": ("limits", "max_body_bytes"),
     "PAGE_SIZE": ("limits", "page_size"),
     "MAX_TRANSCRIPT_BYTES": ("session", "max_transcript_bytes"),
@@ -128,7 +137,13 @@ def check(config: dict[str, Any]) -> None:
     interval = config.get("SWEEP_INTERVAL_SECONDS")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
         raise ValueError(f"setting SWEEP_INTERVAL_SECONDS must be a number, 0 or more, got {interval!r}")
-    for key in ("KEEP_SNAPSHOTS", "SESSION_TTL_SECONDS", "MEMORY_TTL_SECONDS"):
+    for key in (
+        "KEEP_SNAPSHOTS",
+        "SESSION_TTL_SECONDS",
+        "MEMORY_TTL_SECONDS",
+        "CANVAS_CACHE_ENTRIES",
+        "CANVAS_CACHE_BYTES",
+    ):
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"setting {key} must be a whole number, 0 or more, got {value!r}")

@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from flask import current_app
-from peewee import PeeweeException
+from peewee import SQL, Case, PeeweeException
 
 from agent import jsonio
-from agent.canvas import Canvas
+from agent.canvas import Canvas, KeptCanvas
 from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
@@ -62,6 +62,7 @@ from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
 from api.services.agents import get_agent, runnable_version
+from api.services.canvas_cache import CanvasCache
 from api.services.files import FileSettings, TurnFiles, files_of_turn, record_session_files
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
 from api.services.mcp_servers import TenantServers
@@ -262,6 +263,8 @@ class TurnService:
         }
         self.services.update(config.get("SERVICES") or {})
         self.keeper = LeaseKeeper(Session, self.lease_ms, float(config["CANCEL_POLL_SECONDS"]))
+        # The canvases this process's last turns committed (api/services/canvas_cache.py).
+        self.canvases = CanvasCache(config["CANVAS_CACHE_ENTRIES"], config["CANVAS_CACHE_BYTES"])
         self._active: set[Turn] = set()
         self._active_lock = threading.Lock()
 
@@ -361,6 +364,27 @@ class TurnService:
             raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
         return _SessionRow(*row)
 
+    def _read_session_or_kept(self, req: TurnRequest) -> tuple[_SessionRow, KeptCanvas | None]:
+        """The session as :meth:`_read_session` reads it, and the canvas this process kept
+        of its current version, if any (then the snapshot is not read: ``row.snapshot``
+        is the kept canvas's text)."""
+        cached = self.canvases.version_of(req.session_id) if isinstance(req.session_id, str) else None
+        if cached is None:
+            return self._read_session(req), None
+        prepared = _READ_EMBED_SESSION_IF_MOVED if req.end_user is not None else _READ_SESSION_IF_MOVED
+        found = prepared.row(
+            id=req.session_id, agent=req.agent_id, tenant=req.tenant_id, user=req.end_user, cached=cached
+        )
+        if found is None:
+            raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
+        row = _SessionRow(*found)
+        kept = self.canvases.take(row.id, row.version)
+        if kept is not None:
+            return row._replace(snapshot=kept.text), kept
+        if row.snapshot is None:  # another turn of the session took the entry meanwhile
+            return self._read_session(req), None
+        return row, None
+
     # ------------------------------------------------------------------ turns
     def start(self, req: TurnRequest, inline: bool = False) -> Turn:
         """Authorise and start a turn; its events arrive through the returned :class:`Turn`.
@@ -390,8 +414,8 @@ class TurnService:
                 # A turn refused before it ran leaves nothing behind, not even its new session.
                 _delete_session(row.id)
                 raise
-        row = self._read_session(req)
-        return self._start(req, row, created=False, inline=inline)
+        row, kept = self._read_session_or_kept(req)
+        return self._start(req, row, created=False, inline=inline, kept=kept)
 
     def regenerate(self, req: TurnRequest, inline: bool = False) -> Turn:
         """Run the session's last turn again from the state before it (docs/design.md §15).
@@ -459,9 +483,11 @@ class TurnService:
         created: bool,
         inline: bool = False,
         base: str | None = None,
+        kept: KeptCanvas | None = None,
     ) -> Turn:
         """Run the turn on ``row`` (claimed when it needs the lease, see the module docstring);
-        ``base`` (a regenerate) is the kept state it runs from."""
+        ``base`` (a regenerate) is the kept state it runs from; ``kept``, the canvas this
+        process kept of the row's version (api/services/canvas_cache.py)."""
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
@@ -476,7 +502,10 @@ class TurnService:
             "retriever": Retriever(req.tenant_id, self.services.get("llm_settings")),
             "mcp_servers": TenantServers(req.tenant_id),
         }
-        canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
+        if kept is not None and base is None:
+            canvas = kept.load(limits=self.limits, services=services)
+        else:
+            canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
         # turn it continues), its message id and its lease owner.
@@ -878,6 +907,11 @@ class TurnService:
                     "agent_response": result.answer,
                 }
                 saved = memories.save_exchange(req.tenant_id, canvas.memory_saves, exchange, strict=False)
+        if snapshot is not None and self.canvases.enabled:
+            # Committed: the canvas is version + 1 of the session, for its next turn here.
+            kept_canvas = canvas.keep(snapshot)
+            if kept_canvas is not None:
+                self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
         if saved:
             # What the Memories' LLMs extract comes after, outside the turn's latency.
             self.extractor.submit(req.tenant_id, saved, exchange)
@@ -987,12 +1021,20 @@ class _SessionRow(NamedTuple):
     transcript_bytes: int
 
 
-def _find(embed: bool, columns: tuple[str, ...] = ()) -> Prepared:
+def _find(embed: bool, columns: tuple[str, ...] = (), unless_version: str = "") -> Prepared:
+    """The session by id, agent, tenant (and end user); ``unless_version``: the name of
+    a value for which ``snapshot`` reads NULL where the row has that version."""
+
+    def column(m, name):
+        if name == "snapshot" and unless_version:
+            return Case(None, [(Session.version == m(unless_version), SQL("NULL"))], Session.snapshot)
+        return getattr(Session, name)
+
     def build(m):
         cond = (Session.id == m("id")) & (Session.agent_id == m("agent")) & (Session.tenant_id == m("tenant"))
         if embed:
             cond &= (Session.user_id == m("user")) & (Session.source == "embed")
-        return Session.select(*(getattr(Session, c) for c in columns)).where(cond)
+        return Session.select(*(column(m, c) for c in columns)).where(cond)
 
     return Prepared(build)
 
@@ -1001,6 +1043,9 @@ _FIND_SESSION = _find(embed=False)
 _FIND_EMBED_SESSION = _find(embed=True)
 _READ_SESSION = _find(embed=False, columns=_SessionRow._fields)
 _READ_EMBED_SESSION = _find(embed=True, columns=_SessionRow._fields)
+# The same, the snapshot left out (NULL) where the version is the one kept in this process.
+_READ_SESSION_IF_MOVED = _find(embed=False, columns=_SessionRow._fields, unless_version="cached")
+_READ_EMBED_SESSION_IF_MOVED = _find(embed=True, columns=_SessionRow._fields, unless_version="cached")
 _CLAIM = Prepared(
     lambda m: Session.update(
         {

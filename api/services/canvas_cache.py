@@ -1,0 +1,120 @@
+"""A per-process cache of the canvases the last turns left, like Temporal's sticky cache.
+
+A turn reads its session's snapshot (several KB of JSON), parses it and builds a
+:class:`~agent.canvas.Canvas`; parsing is most of that. When the session's previous
+turn ran in this worker process, that turn's canvas is still at hand: after a turn
+commits version ``v + 1`` of a session, the turn service keeps the canvas here
+(:meth:`agent.canvas.Canvas.keep`) under ``(session id, v + 1)``. The next turn on the
+session reads the row's small columns and, where the version is still ``v + 1``, loads
+the kept canvas instead of the snapshot (the database leaves the snapshot out of its
+answer: ``CASE WHEN version = v + 1 THEN NULL ELSE snapshot``).
+
+Correctness rests on the version: every write of a snapshot bumps it (a turn, a
+variable save, undo, regenerate, in any process), so a canvas kept for another
+version is never used. A turn *takes* its session's entry out of the cache, so two
+turns of one session never share a canvas; the entry is put back only by a turn that
+committed, as the canvas it committed. A turn that fails, is cancelled, is refused or
+is not saved leaves nothing behind.
+
+It helps only when a session's consecutive turns reach the same worker process: a
+keep-alive connection to one gunicorn worker, or a single worker. Otherwise each turn
+misses and costs what it did without the cache (the read is the same one statement).
+Bounded by entries and by the snapshot text they hold (``server.canvas_cache_entries``,
+``server.canvas_cache_bytes``; 0 entries turns it off).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import NamedTuple
+
+from agent.canvas import KeptCanvas
+
+
+class CachedCanvas(NamedTuple):
+    """One entry: the canvas a turn committed as ``version`` of its session."""
+
+    version: int
+    kept: KeptCanvas
+
+
+class CanvasCache:
+    """Least recently used entries ``{session id: CachedCanvas}``, thread-safe.
+
+    Args:
+        max_entries: the most sessions kept (0: the cache is off).
+        max_bytes: the most snapshot text (characters) the entries hold together.
+    """
+
+    def __init__(self, max_entries: int, max_bytes: int):
+        self.max_entries = max(0, int(max_entries))
+        self.max_bytes = max(0, int(max_bytes))
+        self._entries: OrderedDict[str, CachedCanvas] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        #: Counts for the bench and the tests: takes that found the version asked
+        #: for, takes that did not (nothing kept, or another version), puts.
+        self.hits = 0
+        self.misses = 0
+        self.puts = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_entries > 0 and self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def version_of(self, session_id: str) -> int | None:
+        """The version kept for the session, if any (the entry stays)."""
+        entry = self._entries.get(session_id)
+        return entry.version if entry is not None else None
+
+    def take(self, session_id: str, version: int) -> KeptCanvas | None:
+        """The canvas kept as ``version`` of the session, removed from the cache; an
+        entry of another version is dropped (it can never be used)."""
+        with self._lock:
+            entry = self._entries.pop(session_id, None)
+            if entry is not None:
+                self._bytes -= len(entry.kept.text)
+            if entry is None or entry.version != version:
+                self.misses += 1
+                return None
+            self.hits += 1
+            return entry.kept
+
+    def drop(self, session_id: str) -> None:
+        """Forget the session's entry."""
+        with self._lock:
+            entry = self._entries.pop(session_id, None)
+            if entry is not None:
+                self._bytes -= len(entry.kept.text)
+
+    def put(self, session_id: str, version: int, kept: KeptCanvas) -> None:
+        """Keep ``kept`` as ``version`` of the session (unless a later version is kept);
+        the least recently used entries go to make room."""
+        size = len(kept.text)
+        if not self.enabled or size > self.max_bytes:
+            return
+        with self._lock:
+            old = self._entries.pop(session_id, None)
+            if old is not None:
+                self._bytes -= len(old.kept.text)
+                if old.version > version:  # a later turn of this process got here first
+                    self._entries[session_id] = old
+                    self._bytes += len(old.kept.text)
+                    return
+            while self._entries and (
+                len(self._entries) >= self.max_entries or self._bytes + size > self.max_bytes
+            ):
+                _, gone = self._entries.popitem(last=False)
+                self._bytes -= len(gone.kept.text)
+            self._entries[session_id] = CachedCanvas(version, kept)
+            self._bytes += size
+            self.puts += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
