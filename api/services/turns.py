@@ -219,6 +219,9 @@ class _Claim:
     # Whether it took back the last turn (a regenerate: it ran from the kept state
     # after ``round`` turns).
     rewound: bool = False
+    # Whether it goes on with a paused turn, under that turn's task id (which the row
+    # then records already: its writes leave the task id and its index as they are).
+    resumed: bool = False
 
 
 @dataclass
@@ -536,6 +539,7 @@ class TurnService:
             round=row.round,
             prior_status="paused" if row.pending_form else "idle",
             usage_before=dict(usage),
+            resumed=task_id != turn_id.hex,
         )
         if base is not None:
             claim.round, claim.rewound = row.round - 1, True
@@ -592,16 +596,17 @@ class TurnService:
         cancel flag, which the canvas reads from now on."""
         owner = new_owner(unique)
         now = now_ms()
+        values = {
+            "owner": owner,
+            "expires": now + self.lease_ms,
+            "task_id": task_id,
+            "id": claim.session_id,
+            "version": claim.version,
+            "now": now,
+        }
         try:
             with writer_in_line():
-                claimed = _CLAIM.execute(
-                    owner=owner,
-                    expires=now + self.lease_ms,
-                    task_id=task_id,
-                    id=claim.session_id,
-                    version=claim.version,
-                    now=now,
-                )
+                claimed = _claim_or_save(_CLAIM_SAME_TASK if claim.resumed else None, _CLAIM, values)
         except PeeweeException as exc:
             if write_conflict(exc):
                 raise _busy(claim.session_id) from None  # lost the race (rolled back): nothing to give back
@@ -849,6 +854,7 @@ class TurnService:
             values["owner"] = claim.owner
         else:
             values["task_id"] = claim.task_id
+        same_task = None
         rows: list[dict] = []
         used_files: list[str] = []
         if snapshot is not None:
@@ -863,12 +869,16 @@ class TurnService:
             values["bytes"] = sum(_stored_bytes(row) for row in rows)
             values["round"] = claim.round + 1
             save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
+            if not leased and claim.resumed:
+                same_task = _SAVE_TURN_UNLEASED_SAME_TASK
         else:
             error = result.error or ""
             if len(error) > MAX_ERROR_CHARS:
                 error = error[: MAX_ERROR_CHARS - 1] + "…"
             values.update(status=claim.prior_status, error=error)
             save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
+            if not leased and claim.resumed:
+                same_task = _SAVE_FAILED_TURN_UNLEASED_SAME_TASK
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
         exchange_values = {f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
@@ -877,7 +887,7 @@ class TurnService:
                 # The state the turn ran from, copied before the UPDATE replaces it (where
                 # the version is still the one read; else the UPDATE finds out below).
                 history.keep_current(claim.session_id, claim.version, claim.round, self.keep_snapshots)
-            if save.execute(**values) != 1:
+            if _claim_or_save(same_task, save, values) != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
                 raise LeaseLost(
@@ -1046,23 +1056,54 @@ _READ_EMBED_SESSION = _find(embed=True, columns=_SessionRow._fields)
 # The same, the snapshot left out (NULL) where the version is the one kept in this process.
 _READ_SESSION_IF_MOVED = _find(embed=False, columns=_SessionRow._fields, unless_version="cached")
 _READ_EMBED_SESSION_IF_MOVED = _find(embed=True, columns=_SessionRow._fields, unless_version="cached")
-_CLAIM = Prepared(
-    lambda m: Session.update(
-        {
+
+
+def _claim(same_task: bool) -> Prepared:
+    """The claim's UPDATE: it records the turn's task id, or (``same_task``, a resumed turn)
+    applies only where the row records it already."""
+
+    def build(m):
+        changes = {
             Session.lease_owner: m("owner"),
             Session.lease_expires: m("expires"),
             Session.cancel_requested: False,
-            Session.task_id: m("task_id"),
             Session.status: "running",
         }
-    ).where((Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now")))
-)
+        cond = (Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now"))
+        if same_task:
+            cond &= Session.task_id == m("task_id")
+        else:
+            changes[Session.task_id] = m("task_id")
+        return Session.update(changes).where(cond)
+
+    return Prepared(build)
 
 
-def _save(succeeded: bool, leased: bool = True) -> Prepared:
+_CLAIM = _claim(same_task=False)
+_CLAIM_SAME_TASK = _claim(same_task=True)
+
+
+def _claim_or_save(same_task: Prepared | None, write: Prepared, values: dict[str, Any]) -> int:
+    """Run ``same_task`` (a resumed turn's write that leaves the task id as it is) and,
+    where it matched no row, ``write``; the rows matched.
+
+    On SQLite assigning ``task_id`` rewrites its index entry even when the value is the
+    same, a page more per commit; the row of a resumed turn nearly always records its
+    task id already (it differs only when another turn claimed the session meanwhile and
+    gave it back unused, or an undo restored a paused state), and the fallback writes it.
+    """
+    if same_task is not None:
+        matched = same_task.execute(**values)
+        if matched == 1:
+            return matched
+    return write.execute(**values)
+
+
+def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prepared:
     """The end-of-turn UPDATE: only where the version is the one the turn read and, for a
     turn that took the lease, it still holds it; for one that did not, no turn holds it
-    (this write then records the turn's task id, as a claim does)."""
+    (this write then records the turn's task id, as a claim does, or with ``same_task``
+    applies only where the row records it already)."""
 
     def build(m):
         changes = {
@@ -1089,8 +1130,12 @@ def _save(succeeded: bool, leased: bool = True) -> Prepared:
         if leased:
             cond &= Session.lease_owner == m("owner")
         else:
-            changes.update({Session.task_id: m("task_id"), Session.cancel_requested: False})
+            changes[Session.cancel_requested] = False
             cond &= lease_free(Session, m("now"))
+            if same_task:
+                cond &= Session.task_id == m("task_id")
+            else:
+                changes[Session.task_id] = m("task_id")
         return Session.update(changes).where(cond)
 
     return Prepared(build)
@@ -1100,6 +1145,8 @@ _SAVE_TURN = _save(succeeded=True)
 _SAVE_FAILED_TURN = _save(succeeded=False)
 _SAVE_TURN_UNLEASED = _save(succeeded=True, leased=False)
 _SAVE_FAILED_TURN_UNLEASED = _save(succeeded=False, leased=False)
+_SAVE_TURN_UNLEASED_SAME_TASK = _save(succeeded=True, leased=False, same_task=True)
+_SAVE_FAILED_TURN_UNLEASED_SAME_TASK = _save(succeeded=False, leased=False, same_task=True)
 _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
 _APPEND_EXCHANGE = Prepared(
     lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])

@@ -9,7 +9,7 @@ import pytest
 
 from api.db import SessionSnapshot
 from api.services.history import unpack
-from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse, sample
 from tests.api.test_memory_api import keyed_dsl, remembered, sent_history
 from tests.llm_server import LLMServer, text
 
@@ -155,6 +155,27 @@ def test_states_kept_compressed_by_earlier_versions_are_restored(api: Api):
     assert answer(api.post(undo, json={"stream": False})) == "2: b"
     assert answer(api.post(undo, json={"stream": False})) == "1: a"
     assert answer(api.ask(agent_id, session_id, "d")) == "2: d"
+
+
+def test_the_session_shows_the_task_id_of_its_last_turn_after_an_undo_too(api: Api):
+    """A resumed form goes on under the paused turn's task id; after an undo back to the
+    paused form (the undo has a task id of its own), the resumed turn's is shown again."""
+    agent_id = api.create_agent(sample("intake_form"))
+    session_id = api.create_session(agent_id)
+    paused = api.ask(agent_id, session_id, "sign me up").json["data"]
+    task_id = paused["task_id"]
+    partial = api.ask(agent_id, session_id, inputs={"name": "Ann", "age": 41}).json["data"]
+    assert partial["task_id"] == task_id and api.session(agent_id, session_id)["task_id"] == task_id
+
+    undone = api.post(f"/agents/{agent_id}/sessions/{session_id}/undo", json={"stream": False})
+    assert undone.status_code == 200 and undone.json["data"]["task_id"] != task_id
+    assert api.session(agent_id, session_id)["task_id"] == undone.json["data"]["task_id"]
+
+    done = api.ask(agent_id, session_id, inputs={"name": "Bo", "age": 70, "plan": "pro"})
+    assert done.status_code == 200 and "Thanks Bo" in done.json["data"]["data"]["content"]
+    assert done.json["data"]["task_id"] == task_id
+    session = api.session(agent_id, session_id)
+    assert session["task_id"] == task_id and session["round"] == 2 and session["status"] == "idle"
 
 
 @pytest.mark.parametrize("action", ["undo", "regenerate"])
