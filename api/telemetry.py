@@ -84,6 +84,19 @@ class Metrics:
             "agentcanvas_rate_limited_total", "Requests answered 429 by a rate limit, by scope", ["scope"]
         )
         agent_telemetry.observe_llm_calls(self._llm_call)
+        self._outcomes: dict[str, tuple[Any, Any]] = {}
+
+    def turn_ended(self, outcome: str, seconds: float) -> None:
+        """Count a turn that ended ``outcome`` after ``seconds`` (the labelled children
+        are looked up once per outcome, not on every turn)."""
+        children = self._outcomes.get(outcome)
+        if children is None:
+            children = self._outcomes[outcome] = (
+                self.turns.labels(outcome),
+                self.turn_seconds.labels(outcome),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def _llm_call(self, provider: str, model: str, usage: dict | None, error: BaseException | None) -> None:
         provider = provider or "default"
@@ -196,8 +209,7 @@ class TurnObserver:
             if log.isEnabledFor(logging.INFO):
                 with self.active():
                     log.info("turn %s in %.3f s", outcome, seconds)
-            m.turns.labels(outcome).inc()
-            m.turn_seconds.labels(outcome).observe(seconds)
+            m.turn_ended(outcome, seconds)
         if self.span is not None:
             self.span.end()
 
@@ -252,21 +264,32 @@ def log_context(**fields: str) -> Iterator[None]:
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, tokens scrubbed."""
 
+    converter = time.gmtime
+    _encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+    # The time of the last line, to the second: (whole seconds, formatted).
+    _second: tuple[int, str] = (-1, "")
+
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        cached = self._second
+        if cached[0] != second:
+            cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(second)))
+            self._second = cached
         line: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "time": f"{cached[1]}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "pid": record.process,
             "message": scrub(record.getMessage()),
         }
-        line.update(_context.get() or {})
-        line.update(agent_telemetry.current_trace_ids())
+        context = _context.get()
+        if context:
+            line.update(context)
+        if agent_telemetry.tracing_enabled():  # else no span records, and there are no ids
+            line.update(agent_telemetry.current_trace_ids())
         if record.exc_info:
             line["exception"] = scrub(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False, default=str)
-
-    converter = time.gmtime
+        return self._encode(line)
 
 
 class ScrubbingFormatter(logging.Formatter):

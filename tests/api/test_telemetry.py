@@ -109,3 +109,38 @@ def test_a_turn_is_a_trace_with_a_span_per_node_and_per_llm_call(app_factory, sp
     assert by_name["llm.chat"].parent.span_id == by_name["node LLM:Chat"].context.span_id
     assert by_name["llm.chat"].attributes["gen_ai.usage.input_tokens"] > 0
     assert sample(api.client, "agentcanvas_llm_tokens_total", kind="prompt") > tokens_before
+
+
+def test_a_turn_writes_one_json_log_line_with_its_ids_and_trace(api: Api, spans):
+    """The line each turn logs (JSON format): its session and task, and its trace ids
+    when tracing is on, as the operator's log shipper reads them."""
+    import io
+    import json
+    import logging
+    import re
+
+    from api.telemetry import JsonFormatter
+
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("agentcanvas.turns")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        agent_id = api.create_agent(echo_dsl())
+        spans.clear()
+        reply = api.ask(agent_id, None, "hello")
+        assert reply.status_code == 200, reply.json
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    line = next(line for line in lines if line["message"].startswith("turn succeeded in "))
+    turn = next(s for s in spans.get_finished_spans() if s.name == "turn")
+    assert line["session_id"] == reply.json["data"]["session_id"]
+    assert line["task_id"] == reply.json["data"]["task_id"]
+    assert line["trace_id"] == format(turn.context.trace_id, "032x")
+    assert line["level"] == "info" and line["logger"] == "agentcanvas.turns"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
