@@ -483,6 +483,12 @@ def open_database(url: str, max_connections: int = 32) -> Database:
                 "synchronous": "normal",
                 "busy_timeout": 30000,
                 "foreign_keys": 1,
+                # Deleted content is zeroed on the pages a write changes anyway, not by
+                # writing every freed page (SQLite as Debian builds it: secure_delete on).
+                # A turn frees the overflow page of the snapshot it replaces: zeroing it
+                # was 2.5 of the 14.6 pages a commit wrote to the WAL (and copied back at
+                # the checkpoint).
+                "secure_delete": "fast",
             },
         )
     if scheme in ("mysql", "mysql+pool", "mariadb", "mysql+pymysql"):
