@@ -44,9 +44,10 @@ DEFAULTS: dict[str, Any] = {
     "CANCEL_POLL_SECONDS": 0.5,
     # Per worker process: the canvases of the sessions whose last turn it ran, so that
     # their next turn there skips parsing the snapshot (api/services/canvas_cache.py);
-    # at most this many sessions (0: off) and this much snapshot text.
+    # at most this many sessions (0: off) and this much snapshot text (the parsed
+    # canvases take about 7 times that in memory).
     "CANVAS_CACHE_ENTRIES": 1000,
-    "CANVAS_CACHE_BYTES": 32 * 1024 * 1024,
+    "CANVAS_CACHE_BYTES": 8 * 1024 * 1024,
     "MAX_CONTENT_LENGTH": 16 * 1024 * 1024,
     "PAGE_SIZE": 100,
     # The most bytes a session's message log may hold (its stored transcript).

@@ -83,6 +83,11 @@ class Metrics:
         self.rate_limited = Counter(
             "agentcanvas_rate_limited_total", "Requests answered 429 by a rate limit, by scope", ["scope"]
         )
+        self.canvas_cache = Counter(
+            "agentcanvas_canvas_cache_total",
+            "Turns on an existing session by whether this worker had kept its canvas: hit, miss",
+            ["outcome"],
+        )
         agent_telemetry.observe_llm_calls(self._llm_call)
         self._outcomes: dict[str, tuple[Any, Any]] = {}
 

@@ -18,6 +18,7 @@ with their spread (min–max). A ratio is always of two subjects measured in the
 round, one right after the other.
 
     .venv/bin/python bench/http.py [--clients 1,4,16,64] [--rounds 5] [--seconds 3] [--no-mysql]
+    .venv/bin/python bench/http.py --uncached  # also ours with the canvas cache off
     .venv/bin/python bench/http.py --check     # CI: fail if ours/floor > 2x the recorded ratio
     .venv/bin/python bench/http.py --record    # measure and write bench/http_baseline.json
 """
@@ -93,8 +94,10 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         body += chunk[:-2]
 
 
-def call(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
-    """A single request outside the measurement (set-up); the reply's JSON."""
+def call_raw(
+    port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None
+) -> tuple[int, bytes]:
+    """A single request outside the measurement; ``(status, body)``."""
 
     async def go() -> tuple[int, bytes]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -105,7 +108,12 @@ def call(port: int, method: str, path: str, body: dict | None = None, headers: d
         finally:
             writer.close()
 
-    status, raw = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def call(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None) -> dict:
+    """A single request outside the measurement (set-up); the reply's JSON."""
+    status, raw = call_raw(port, method, path, body, headers)
     if status >= 300:
         raise RuntimeError(f"{method} {path} answered {status}: {raw[:300]!r}")
     return json.loads(raw) if raw else {}
@@ -148,8 +156,10 @@ class Subject:
                 self.proc.kill()
 
 
-def start_ours(url: str, workers: int, threads: int, sessions: int) -> Subject:
-    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url}
+def start_ours(
+    url: str, workers: int, threads: int, sessions: int, name: str = "ours", **settings: str
+) -> Subject:
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url, **settings}
     env.pop("AGENTCANVAS_ACCESS_LOG", None)
     cli = os.path.join(BIN, "agentcanvas")
     out = subprocess.run(
@@ -160,7 +170,7 @@ def start_ours(url: str, workers: int, threads: int, sessions: int) -> Subject:
         check=True,
     ).stdout
     token = out.strip().splitlines()[-1].split()[-1]
-    subject = Subject("ours", free_port())
+    subject = Subject(name, free_port())
     subject.proc = subprocess.Popen(
         [cli, "serve", "--port", str(subject.port), "--workers", str(workers), "--threads", str(threads)],
         env=env,
@@ -388,6 +398,22 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                     pool.submit(start_ours, url_for("ours"), args.workers, args.threads, sessions),
                     pool.submit(start_floor, url_for("floor"), args.workers, args.threads, sessions, tmp),
                 ]
+                + (
+                    # ours with the canvas cache off (api/services/canvas_cache.py), to compare
+                    [
+                        pool.submit(
+                            start_ours,
+                            url_for("uncached"),
+                            args.workers,
+                            args.threads,
+                            sessions,
+                            "uncached",
+                            AGENTCANVAS_SERVER_CANVAS_CACHE_ENTRIES="0",
+                        )
+                    ]
+                    if args.uncached
+                    else []
+                )
                 for backend, url_for in backends
             }
             lg_future = (
@@ -418,6 +444,9 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                         phase = measure(subject, level, args.seconds, args.warmup)
                         results.setdefault((backend, subject.name, level), []).append(phase)
             print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+        for backend, group in subjects.items():
+            if group[0].name == "ours":
+                print(f"  {backend}: ours' canvas cache {cache_counts(group[0].port)}", file=sys.stderr)
     finally:
         for group in subjects.values():
             for subject in group:
@@ -449,12 +478,33 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
             per_round = [f.rps / o.rps if o.rps else float("inf") for o, f in zip(ours, floor, strict=True)]
             ratios.setdefault(backend, {})[level] = per_round
             line = f"  {backend:<8}{level:>3} clients  ours/floor {spread(per_round, '{:.2f}')}"
+            if "uncached" in names:
+                off = results[(backend, "uncached", level)]
+                vs = [o.rps / u.rps if u.rps else float("inf") for o, u in zip(ours, off, strict=True)]
+                line += f"   uncached/ours {spread(vs, '{:.2f}')}"
             if "langgraph" in names:
                 lg = results[(backend, "langgraph", level)]
                 vs = [o.rps / g.rps if g.rps else float("inf") for o, g in zip(ours, lg, strict=True)]
                 line += f"   langgraph/ours {spread(vs, '{:.2f}')}"
             print(line)
     return ratios
+
+
+def cache_counts(port: int) -> str:
+    """The canvas cache's hits and misses over the whole run, from ``/metrics``."""
+    counts = {"hit": 0.0, "miss": 0.0}
+    try:
+        status, raw = call_raw(port, "GET", "/metrics")
+    except OSError as exc:
+        return f"(no /metrics: {exc})"
+    text = raw.decode()
+    for line in text.splitlines():
+        if line.startswith("agentcanvas_canvas_cache_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = counts.get(outcome, 0) + float(line.rsplit(" ", 1)[1])
+    total = counts["hit"] + counts["miss"]
+    rate = f"{100 * counts['hit'] / total:.1f}%" if total else "-"
+    return f"hits {counts['hit']:.0f}, misses {counts['miss']:.0f} (hit rate {rate})"
 
 
 def check(ratios: dict[str, dict[int, list[float]]], record: bool) -> int:
@@ -500,6 +550,9 @@ def main() -> int:
     parser.add_argument("--no-mysql", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument(
+        "--uncached", action="store_true", help="also measure ours with the canvas cache off ('uncached')"
+    )
     parser.add_argument("--check", action="store_true", help="short run; fail if ours/floor > 2x the record")
     parser.add_argument("--record", action="store_true", help="write the measured ratios as the record")
     args = parser.parse_args()

@@ -60,14 +60,15 @@ def intake_dsl() -> dict:
 class Ours:
     """The turn service on its own database, in this process (one app per subject)."""
 
-    def __init__(self, url: str, synchronous: str = "normal"):
+    def __init__(self, url: str, synchronous: str = "normal", cache: bool = True):
         from api import create_app
         from api.config import canvas_limits
         from api.db import db
         from api.services import tokens
         from api.services.agents import create_agent
 
-        self.app = create_app({"DATABASE_URL": url})
+        # cache=False: the canvas cache off (api/services/canvas_cache.py), to compare.
+        self.app = create_app({"DATABASE_URL": url, **({} if cache else {"CANVAS_CACHE_ENTRIES": 0})})
         self.database = db.obj
         if hasattr(self.database, "_pragmas"):  # SQLite: the durability asked for
             pragmas = dict(self.database._pragmas)
@@ -96,6 +97,9 @@ class Ours:
                 assert result.status in ("paused", "succeeded"), result
 
     def close(self) -> None:
+        cache = self.svc.canvases
+        if cache.enabled:
+            print(f"  canvas cache: {cache.hits} hits, {cache.misses} misses", file=sys.stderr)
         self.database.close_all()
 
 
@@ -249,6 +253,7 @@ def main() -> int:
     parser.add_argument("--no-mysql", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--durability", default="normal,full", help="SQLite synchronous settings to run")
+    parser.add_argument("--uncached", action="store_true", help="also run ours with the canvas cache off")
     args = parser.parse_args()
     points = [int(p) for p in args.points.split(",")]
     tmp = tempfile.mkdtemp(prefix="agentcanvas-bench-")
@@ -266,6 +271,11 @@ def main() -> int:
         for sync in args.durability.split(","):
             subjects: dict[str, object] = {
                 "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}.db", sync),
+                **(
+                    {"ours sqlite, uncached": Ours(f"sqlite:///{tmp}/ours-nc-{sync}.db", sync, cache=False)}
+                    if args.uncached
+                    else {}
+                ),
                 "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{sync}.db", False, sync),
                 "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{sync}.db", True, sync),
             }
@@ -274,7 +284,7 @@ def main() -> int:
             groups.append((f"SQLite WAL, synchronous={sync.upper()}", subjects))
         if not args.no_mysql:
             urls = []
-            for _ in range(3):
+            for _ in range(4 if args.uncached else 3):
                 url, drop = mysql_database()
                 cleanups.append(drop)
                 urls.append(url)
@@ -283,6 +293,7 @@ def main() -> int:
                     "MariaDB (server durability, the same for all)",
                     {
                         "ours mariadb": Ours(urls[0]),
+                        **({"ours mariadb, uncached": Ours(urls[3], cache=False)} if args.uncached else {}),
                         "floor mariadb, 1 commit": Floor(urls[1], False),
                         "floor mariadb, 2 commits": Floor(urls[2], True),
                     },

@@ -373,7 +373,10 @@ class TurnService:
         is the kept canvas's text)."""
         cached = self.canvases.version_of(req.session_id) if isinstance(req.session_id, str) else None
         if cached is None:
-            return self._read_session(req), None
+            row = self._read_session(req)
+            if self.canvases.enabled:
+                telemetry.metrics().canvas_cache.labels("miss").inc()
+            return row, None
         prepared = _READ_EMBED_SESSION_IF_MOVED if req.end_user is not None else _READ_SESSION_IF_MOVED
         found = prepared.row(
             id=req.session_id, agent=req.agent_id, tenant=req.tenant_id, user=req.end_user, cached=cached
@@ -382,6 +385,7 @@ class TurnService:
             raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
         row = _SessionRow(*found)
         kept = self.canvases.take(row.id, row.version)
+        telemetry.metrics().canvas_cache.labels("miss" if kept is None else "hit").inc()
         if kept is not None:
             return row._replace(snapshot=kept.text), kept
         if row.snapshot is None:  # another turn of the session took the entry meanwhile
