@@ -464,7 +464,8 @@ class Canvas:
         for key in _KEPT_AS_TEXT:
             if key in kept:
                 part = jsonio.dumps(kept[key])
-                if f'"{key}":{part}' not in text:
+                # Looked for from the end, where these keys are (after the components).
+                if text.rfind(f'"{key}":{part}') < 0:
                     return None
                 kept[key] = part
         kept["history"] = list(self.history)
