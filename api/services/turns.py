@@ -38,6 +38,7 @@ import functools
 import itertools
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -516,8 +517,8 @@ class TurnService:
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
         # turn it continues), its message id and its lease owner.
-        turn_id = uuid.uuid4()
-        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id.hex
+        turn_id, message_id = random_id()
+        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id
         # run() checks the inputs and files and only then returns the (lazy) run: bad
         # input is refused before the claim, so it leaves the row exactly as it was.
         events = canvas.run(
@@ -530,7 +531,7 @@ class TurnService:
             invoke_from=req.invoke_from,
             webhook=req.webhook,
             task_id=task_id,
-            message_id=str(turn_id),
+            message_id=message_id,
             trace=not inline,  # a blocking reply is its ending event alone
         )
         # A resumed turn carries the usage of its paused part, already counted.
@@ -543,7 +544,7 @@ class TurnService:
             round=row.round,
             prior_status="paused" if row.pending_form else "idle",
             usage_before=dict(usage),
-            resumed=task_id != turn_id.hex,
+            resumed=task_id != turn_id,
         )
         if base is not None:
             claim.round, claim.rewound = row.round - 1, True
@@ -556,7 +557,7 @@ class TurnService:
             with watch.active():
                 effect = self._run_unleased(turn, canvas, run)
                 if effect is not None:
-                    self._take_lease(claim, turn_id.hex[:16], task_id, canvas, watch)
+                    self._take_lease(claim, turn_id[:16], task_id, canvas, watch)
                     run.events = itertools.chain([effect], run.events)
                     if not inline:
                         turn._queue = queue.SimpleQueue()
@@ -991,6 +992,17 @@ class TurnService:
             .execute()
         )
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
+
+
+def random_id() -> tuple[str, str]:
+    """A random (version 4) UUID as ``(hex, text with dashes)``: what ``uuid.uuid4()``'s
+    ``.hex`` and ``str()`` give, from the same 16 bytes of ``os.urandom``, without
+    building the ``UUID`` object (2.5 us of a turn's bookkeeping)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return text, f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def _outcome(result: TurnResult | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from api.db import Session
@@ -40,6 +42,12 @@ def test_blocking_reply_and_a_new_session_when_none_given(api: Api):
     assert data["data"]["content"].endswith("You said: hey")
     session = api.session(agent_id, data["session_id"])
     assert session["round"] == 1 and session["message"][-1]["content"] == data["data"]["content"]
+    # One random id per turn, as RAGFlow's: the message id a version-4 UUID, the task id its hex.
+    message_id = uuid.UUID(data["message_id"])
+    assert message_id.version == 4 and str(message_id) == data["message_id"]
+    assert data["task_id"] == message_id.hex
+    again = api.ask(agent_id, data["session_id"], "hey").json["data"]
+    assert again["message_id"] != data["message_id"] and again["task_id"] != data["task_id"]
 
 
 def test_chat_completions_takes_agent_id_in_the_body(api: Api):
