@@ -195,9 +195,35 @@ class _HostTracking:
         self._open_on(index).close()
 
 
+#: What a MySQL string literal escapes with a backslash (pymysql's table), the backslash first.
+_MYSQL_ESCAPES = (
+    ("\\", "\\\\"),
+    ("\0", "\\0"),
+    ("\n", "\\n"),
+    ("\r", "\\r"),
+    ("\032", "\\Z"),
+    ('"', '\\"'),
+    ("'", "\\'"),
+)
+
+
+def escape_mysql_text(text: str) -> str:
+    """``text`` escaped for a quoted MySQL string literal, as pymysql's ``escape_string``.
+
+    pymysql maps every character through a table (``str.translate``), about 20 ns a
+    character: 100-160 us for a turn's 7 KB snapshot, which every end-of-turn UPDATE
+    sends. One ``str.replace`` per special character found does the same in C (~9 us).
+    """
+    for char, escaped in _MYSQL_ESCAPES:
+        if char in text:
+            text = text.replace(char, escaped)
+    return text
+
+
 @functools.cache
 def _mysql_connection_class() -> type:
-    """pymysql's connection class with one TLS context per process for its "preferred" mode.
+    """pymysql's connection class with one TLS context per process for its "preferred" mode,
+    and a faster string escape (:func:`escape_mysql_text`).
 
     Given no TLS options, pymysql (1.1.1 and later) uses TLS if the server offers it and
     builds a new default context for every connection to be ready: it loads the
@@ -206,6 +232,7 @@ def _mysql_connection_class() -> type:
     it is made once and shared. Explicit TLS options still get a context of their own.
     """
     import pymysql
+    from pymysql.constants import SERVER_STATUS
 
     shared: list = []  # the context, once made
 
@@ -216,6 +243,13 @@ def _mysql_connection_class() -> type:
             if not shared:
                 shared.append(super()._create_ssl_ctx({}))
             return shared[0]
+
+        def _escape_string(self, s: str) -> str:
+            if self.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES:
+                return s.replace("'", "''")  # as pymysql: only quotes, doubled
+            return escape_mysql_text(s)
+
+        escape_string = _escape_string  # its name before pymysql 2
 
     return PreferredTlsConnection
 

@@ -9,10 +9,14 @@ import subprocess
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from peewee import OperationalError
+from pymysql.converters import escape_string
 
 from api import create_app
 from api.db import SchemaVersion, Tenant, db, init_database, open_database, setup_schema, write_transaction
+from api.db.database import escape_mysql_text
 from api.db.migrations import MIGRATIONS
 from tests.api.conftest import Api, echo_dsl, make_token
 
@@ -274,3 +278,24 @@ def test_a_mysql_connection_returned_inside_a_transaction_does_not_carry_it_on(m
         assert "half-done" not in names
     finally:
         db.obj.close_all()
+
+
+ESCAPED = "quote ' double \" backslash \\ \\' newline \n return \r nul \0 ctrl-z \x1a é 𝄞 \\n"
+
+
+def test_text_with_every_character_a_string_literal_escapes_is_stored_as_sent(api: Api, backend: str):
+    """What a turn writes (its snapshot, its messages) comes back exactly: on MySQL the
+    driver sends it as an escaped string literal (api.db.database.escape_mysql_text)."""
+    text = ESCAPED.replace("\0", "") if backend == "postgres" else ESCAPED  # Postgres text holds no NUL
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    reply = api.ask(agent_id, session_id, text)
+    assert reply.status_code == 200 and reply.json["data"]["data"]["content"] == f"echo: {text}"
+    session = api.session(agent_id, session_id, dsl="true")
+    assert [m["content"] for m in session["message"]][-2:] == [text, f"echo: {text}"]
+    assert session["dsl"]["history"][-2:] == [["user", text], ["assistant", f"echo: {text}"]]
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab\\\n\r\0\x1a\"'é𝄞 ")) | st.characters(), max_size=40))
+def test_the_mysql_escape_is_pymysqls(text: str):
+    assert escape_mysql_text(text) == escape_string(text)
