@@ -30,6 +30,7 @@ import logging
 import re
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from datetime import datetime, timezone
@@ -195,7 +196,6 @@ class Canvas:
         #: The files the last ``run()`` took with its message (descriptors with a file service).
         self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
-        self.sleep: Callable[[float], None] = lambda seconds: self.deadline.sleep(seconds)
         self.warnings: list[str] = []
 
     # ------------------------------------------------------------------ loading
@@ -888,7 +888,7 @@ class Canvas:
         self.accepted_inputs = dict(accepted)
         self.accepted_files = list(files or []) if resume is None else []
         started = time.monotonic()
-        self.deadline = Deadline(self.limits.max_seconds, cancelled=self._cancel_requested)
+        self.deadline = Deadline(self.limits.max_seconds, cancelled=_CancelFlag(self))
         self.memory_writes = {}
         self.memory_saves = []
         if resume is None:
@@ -1010,8 +1010,9 @@ class Canvas:
                 self.path.append(nid)
                 pending.add(nid)
 
-    def _cancel_requested(self) -> bool:
-        return self.cancel_check is not None and bool(self.cancel_check())
+    def sleep(self, seconds: float) -> None:
+        """How retries wait (see the class docstring); a test may set its own."""
+        self.deadline.sleep(seconds)
 
     def _check_limits(self, started: float, steps: int) -> None:
         self.deadline.check()
@@ -1118,6 +1119,22 @@ class Canvas:
 #: The snapshot keys a run changes, kept as JSON text by :meth:`Canvas.keep` (and
 #: ``history``, kept as it is: pairs of text, plain JSON by construction).
 _KEPT_AS_TEXT = tuple(k for k in _RUNTIME_KEYS if k != "history")
+
+
+class _CancelFlag:
+    """The running turn's cancel flag: the canvas's ``cancel_check`` (set while the turn
+    runs), read through a weak reference so that the canvas's deadline does not keep
+    the canvas alive (see :class:`~agent.component.base.ComponentBase`)."""
+
+    __slots__ = ("_canvas",)
+
+    def __init__(self, canvas: Canvas):
+        self._canvas = weakref.ref(canvas)
+
+    def __call__(self) -> bool:
+        canvas = self._canvas()
+        check = canvas.cancel_check if canvas is not None else None
+        return check is not None and bool(check())
 
 
 class KeptCanvas:

@@ -9,6 +9,7 @@ previous outputs, retries, ``exception_method`` handling and timing.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -199,7 +200,10 @@ class ComponentBase:
     finishes_later: ClassVar[bool] = False
 
     def __init__(self, canvas: Canvas, cpn_id: str, param: ComponentParamBase, entry: dict):
-        self._canvas = canvas
+        # The canvas holds its components; a component reaches its canvas through a weak
+        # proxy, so that a canvas is freed as soon as the last reference to it goes,
+        # never left for the cyclic collector with its whole state (every turn's).
+        self._canvas = _weak(canvas)
         self.id = cpn_id
         self._param = param
         self.entry = entry  # the DSL entry: downstream, upstream, parent_id
@@ -343,6 +347,13 @@ class ComponentBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
+
+
+def _weak(canvas: Any) -> Any:
+    """A weak proxy of ``canvas`` (itself when it is one already)."""
+    if isinstance(canvas, weakref.ProxyTypes):
+        return canvas
+    return weakref.proxy(canvas)
 
 
 def _started(chunks: Iterator[str]) -> Iterator[str]:

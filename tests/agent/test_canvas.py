@@ -417,3 +417,34 @@ def test_a_dsl_that_failed_its_checks_fails_again_on_every_load():
             Canvas(dsl)
     dsl["variables"] = {"x": {"type": "string", "value": "ok"}}
     assert answer(events_of(Canvas(dsl), query="")) == "ok"
+
+
+# ---------------------------------------------------------------- memory
+@pytest.mark.parametrize("sample", ["intake_form", "iteration_demo", "counter", "greeting"])
+def test_a_canvas_is_freed_when_its_last_reference_goes(sample):
+    """No reference cycle keeps a canvas (its components, history and state) alive for
+    the cyclic collector: a worker frees each turn's canvas at once."""
+    import gc
+    import os
+    import weakref
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "samples", f"{sample}.json"), encoding="utf-8") as fh:
+        text = json.dumps(json.load(fh)["dsl"])
+    answers = {"name": "Ann", "age": "41", "plan": "pro", "notes": "n"}
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(2):
+            canvas = Canvas(text)
+            events = events_of(canvas, query="3")
+            if events[-1]["event"] == "user_inputs":
+                canvas = Canvas(str(canvas))
+                events = events_of(canvas, inputs=answers)
+            assert events[-1]["event"] == "workflow_finished"
+            text = str(canvas)
+            gone = weakref.ref(canvas)
+            del canvas, events
+            assert gone() is None
+    finally:
+        gc.enable()
