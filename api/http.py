@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
-from flask import Response, current_app, g, jsonify, request
+from flask import Request, Response, current_app, g, jsonify, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
@@ -67,17 +67,18 @@ def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
     return jsonify({"code": SUCCESS, "message": message, "data": data, **extra})
 
 
-def _body_bytes() -> bytes:
-    """The request body; one sent chunked over ``MAX_CONTENT_LENGTH`` is refused, not cut short."""
+def _body_bytes(req: Request) -> bytes:
+    """The body of ``req`` (the current request); one sent chunked over
+    ``MAX_CONTENT_LENGTH`` is refused, not cut short."""
     limit = current_app.config.get("MAX_CONTENT_LENGTH")
-    environ = request.environ
+    environ = req.environ
     length = environ.get("CONTENT_LENGTH")
     if (
         length
         and length.isdigit()
         and length.isascii()
         and "HTTP_TRANSFER_ENCODING" not in environ
-        and getattr(request, "_cached_data", None) is None
+        and getattr(req, "_cached_data", None) is None
     ):
         # The common case, a body of a given length: read at once, without Werkzeug's
         # stream wrappers, and kept as request.get_data() keeps it for any later reader.
@@ -87,17 +88,17 @@ def _body_bytes() -> bytes:
         raw = environ["wsgi.input"].read(size) if size else b""
         if len(raw) < size and "wsgi.input_terminated" not in environ:
             raise ClientDisconnected()  # as Werkzeug's stream says it
-        request._cached_data = raw
+        req._cached_data = raw
         return raw
-    raw = request.get_data(cache=True)
+    raw = req.get_data(cache=True)
     # A chunked body has no Content-Length to refuse it by up front, and Werkzeug stops
     # reading it at the limit without saying so: a body that fills the limit and still
     # has bytes to come is too large (413), not malformed JSON.
     if (
         limit is not None
-        and request.content_length is None
+        and req.content_length is None
         and len(raw) >= limit
-        and request.environ["wsgi.input"].read(1)
+        and environ["wsgi.input"].read(1)
     ):
         raise RequestEntityTooLarge()
     return raw
@@ -111,10 +112,14 @@ def json_body(required: bool = True) -> dict:
     UTF-16 surrogate (``"\\ud800"``: no database can store it), an integer outside
     64 bits, ``NaN``/``Infinity``.
     """
-    parsed = request.environ.get(_PARSED)
+    # The request itself, not its proxy: each attribute read through ``request`` is a
+    # context lookup, and this runs on every request with a body.
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    environ = req.environ
+    parsed = environ.get(_PARSED)
     if parsed is not None:  # parsed once per request (the schema check reads it first)
         return parsed
-    raw = _body_bytes()
+    raw = _body_bytes(req)
     if not raw.strip():
         if required:
             raise ArgumentError("the request needs a JSON object body (Content-Type: application/json)")
@@ -130,7 +135,7 @@ def json_body(required: bool = True) -> dict:
         problem = _bad_value_message(body)
         if problem:
             raise ArgumentError(problem)
-    request.environ[_PARSED] = body
+    environ[_PARSED] = body
     return body
 
 

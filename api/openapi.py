@@ -120,16 +120,17 @@ class _Plugin(FlaskPlugin):
                 func, query, json, form, headers, cookies, resp, before, after,
                 validation_error_status, skip_validation, force_resp_serialize, *args, **kwargs,
             )  # fmt: skip
+        req = request._get_current_object()  # type: ignore[attr-defined] - one context lookup
         try:
-            self.request_validation(request, query, json, form, headers, cookies)
+            self.request_validation(req, query, json, form, headers, cookies)
         except self.model_adapter.validation_error as err:
             # refuse_invalid raises the 400 in our words; spectree's own reply otherwise.
             response = make_response(
                 jsonify(self.model_adapter.validation_errors(err)), validation_error_status
             )
-            before(request, response, err, None, self.model_adapter)
+            before(req, response, err, None, self.model_adapter)
             abort(response)
-        before(request, None, None, None, self.model_adapter)
+        before(req, None, None, None, self.model_adapter)
         return func(*args, **kwargs)
 
     def validate_response(
