@@ -344,3 +344,21 @@ def test_the_cache_is_bounded_and_keeps_the_latest_version():
     off = CanvasCache(max_entries=0, max_bytes=10_000)
     off.put("a", 1, kept(0))
     assert len(off) == 0 and not off.enabled
+
+
+def test_an_embed_visitors_turns_are_cached_and_stay_theirs(app_factory, llm):
+    from tests.api.test_embed import Bot
+
+    api = make_api(app_factory, llm)
+    bot = Bot(api.app, make_token(api.app, "tenant-a", "embed"))
+    stranger = Bot(api.app, bot.token)
+    agent_id = api.create_agent(counter_dsl())
+    _, session_id = bot.chat(agent_id, "a")
+    frames, _ = bot.chat(agent_id, "b", session_id=session_id)
+    assert frames[-2]["data"]["content"] == "2: b" and cache_of(api).hits == 1
+    # The kept canvas is looked for only once the row is this visitor's.
+    theirs = stranger.complete(agent_id, "c", session_id=session_id)
+    assert theirs.status_code == 404
+    assert cache_of(api).version_of(session_id) is not None
+    frames, _ = bot.chat(agent_id, "c", session_id=session_id)
+    assert frames[-2]["data"]["content"] == "3: c" and cache_of(api).hits == 2
