@@ -114,7 +114,6 @@ class _Blueprint:
         self.kept: dict[tuple[str, ...], frozenset[str]] = {}
 
 
-_NO_SPAN = contextlib.nullcontext()
 #: Pending paths per blueprint whose kept outputs are remembered.
 MAX_KEPT_PATHS = 256
 # The blueprints of the last few hundred DSLs: components' JSON and declared variables -> _Blueprint.
@@ -127,8 +126,8 @@ def _utc_text(second: int) -> str:
     return datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _now() -> int:
-    return int(time.time())
+_time = time.time
+_monotonic = time.monotonic
 
 
 def _migrate(dsl: dict) -> dict:
@@ -571,7 +570,7 @@ class Canvas:
         return render(template, self._text_value, self.deadline)
 
     def render_value(self, template: Any) -> Any:
-        if isinstance(template, str) and sole_ref(template) is not None:
+        if isinstance(template, str) and "{" in template and sole_ref(template) is not None:
             return render_value(template, self.get_value)
         return render_value(template, self._text_value, self.deadline)
 
@@ -713,9 +712,12 @@ class Canvas:
         """
         if query is not None and not isinstance(query, str):
             raise UsageError(f"query must be text, got {type(query).__name__}")
-        oversized = _oversized({"query": query, "files": files}, self.limits.max_value_bytes)
-        if oversized:
-            raise InputError(_errors_message("the turn", oversized), oversized)
+        limit = self.limits.max_value_bytes
+        # A text of n characters is at most 4n bytes: a short query needs no measuring.
+        if files or (query and len(query) > limit // 4):
+            oversized = _oversized({"query": query, "files": files}, limit)
+            if oversized:
+                raise InputError(_errors_message("the turn", oversized), oversized)
         pending = self.pending_form()
         if pending is not None:
             if files:
@@ -778,11 +780,13 @@ class Canvas:
 
     def _check_file_totals(self, form: dict, accepted: dict, attached: list, errors: dict) -> None:
         """Files per turn and per session, over everything this call brings in."""
+        if self.services.get("files") is None:
+            return
         new = {"files": attached} if attached else {}
         for key, value in accepted.items():
             if form.get(key, {}).get("type") == "file" and value:
                 new[key] = value
-        if not new or self.services.get("files") is None:
+        if not new:
             return
         earlier = len((self.turn or {}).get("files") or []) if self.pending_form() is not None else 0
         count = earlier + sum(len(v) for v in new.values())
@@ -823,16 +827,19 @@ class Canvas:
         """The files of the running turn (attached and answered in forms), as descriptors."""
         return list((self.turn or {}).get("files") or [])
 
-    def _event(self, name: str, data: dict) -> dict:
+    def _event(self, name: str, data: dict, now: int | None = None) -> dict:
+        """An event of docs/design.md §4; ``now``: its ``created_at`` when already read."""
+        turn = self.turn
         event = {
             "event": name,
-            "message_id": self.turn["message_id"] if self.turn else "",
-            "created_at": _now(),
-            "task_id": self.turn["task_id"] if self.turn else "",
+            "message_id": turn["message_id"] if turn else "",
+            "created_at": int(_time()) if now is None else now,
+            "task_id": turn["task_id"] if turn else "",
             "data": data,
         }
-        if self.globals.get("sys.conversation_id"):
-            event["session_id"] = self.globals["sys.conversation_id"]
+        session_id = self.globals.get("sys.conversation_id")
+        if session_id:
+            event["session_id"] = session_id
         return event
 
     def _start_turn(
@@ -845,7 +852,7 @@ class Canvas:
             "query": query,
             "answer": "",
             "usage": {},
-            "started_at": time.time(),
+            "started_at": _time(),
         }
         g = self.globals
         turns = int(g.get("sys.conversation_turns") or 0) + 1
@@ -855,7 +862,7 @@ class Canvas:
         g["sys.files"] = list(files or [])
         g["sys.conversation_turns"] = turns
         g["sys.dialogue_count"] = turns
-        g["sys.date"] = _utc_text(int(time.time()))
+        g["sys.date"] = _utc_text(int(_time()))
         g["sys.message_id"] = message_id
         for key in ("conversation_id", "agent_id", "invoke_from"):
             if context.get(key):
@@ -867,7 +874,7 @@ class Canvas:
         if context.get("webhook") is not None:
             begin.data["webhook"] = context["webhook"]  # the request that triggered a webhook run
         for cid, cpn in self.components.items():
-            if cid != "begin":
+            if cpn.outputs and cid != "begin":
                 cpn.outputs = {}
         self.path = ["begin"]
 
@@ -887,33 +894,43 @@ class Canvas:
         self._started_late: dict[str, float] = {}
         self.accepted_inputs = dict(accepted)
         self.accepted_files = list(files or []) if resume is None else []
-        started = time.monotonic()
-        self.deadline = Deadline(self.limits.max_seconds, cancelled=_CancelFlag(self))
+        started = _monotonic()
+        deadline = self.deadline = Deadline(self.limits.max_seconds, cancelled=_CancelFlag(self))
         self.memory_writes = {}
         self.memory_saves = []
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
-            self._take_files(accepted, self.components["begin"].form() if accepted else {}, files or [])
+            if accepted or files:
+                self._take_files(accepted, self.components["begin"].form() if accepted else {}, files or [])
             yield self._event("workflow_started", {"inputs": accepted, "query": query})
         else:
             resume.data.setdefault("answers", {}).update(accepted)
             resume.data["resuming"] = True
-            self._take_files(accepted, resume.form(), [])
+            if accepted:
+                self._take_files(accepted, resume.form(), [])
         steps = 0
         i = 0
+        max_steps = self.limits.max_steps
+        components = self.components
         spans = telemetry.tracing_enabled()  # asked once a run: a span per node only when on
         try:
             while i < len(self.path):
-                self._check_limits(started, steps)
+                deadline.check()
+                if steps >= max_steps:
+                    raise self._too_many_steps(steps)
                 steps += 1
                 cid = self.path[i]
-                cpn = self.components[cid]
+                cpn = components[cid]
                 if cpn.is_form and not cpn.data.pop("resuming", False):
                     cpn.start_form()
-                t0 = time.monotonic()
-                yield self._event("node_started", self._node_data(cpn, t0))
+                t0 = _monotonic()
+                now = int(_time())
+                yield self._event("node_started", self._node_data(cpn, now), now)
                 try:
-                    with telemetry.node_span(cid, cpn.component_name) if spans else _NO_SPAN:
+                    if spans:
+                        with telemetry.node_span(cid, cpn.component_name):
+                            yield from self._invoke(cpn, started)
+                    else:
                         yield from self._invoke(cpn, started)
                 except FormPause:
                     self.path = self.path[i:]
@@ -939,29 +956,32 @@ class Canvas:
             yield from self._end_failed(before, started, "failed", str(e) or type(e).__name__, e)
 
     def _node_finished(self, cpn: ComponentBase, t0: float | None) -> dict:
-        data = self._node_data(cpn, t0)
+        now = int(_time())
+        data = self._node_data(cpn, now)
         data.update(
             inputs=cpn.inputs_seen,
             outputs=_jsonable(cpn.outputs),
             error=cpn.error,
             # A container resumed after a pause started in an earlier request: unknown.
-            elapsed_time=round(time.monotonic() - t0, 6) if t0 is not None else None,
+            elapsed_time=round(_monotonic() - t0, 6) if t0 is not None else None,
         )
         if cpn.usage:
             data["usage"] = cpn.usage
-        return self._event("node_finished", data)
+        return self._event("node_finished", data, now)
 
     def component_finished(self, cpn: ComponentBase) -> None:
         """A container (Iteration, Loop) is done: its ``node_finished`` goes out now,
         with its collected outputs, rather than when it started its body."""
         self._finished_late.append(cpn)
 
-    def _node_data(self, cpn: ComponentBase, t0: float | None) -> dict:
+    def _node_data(self, cpn: ComponentBase, now: int) -> dict:
+        cid = cpn.id
+        _, colon, name = cid.partition(":")
         return {
-            "component_id": cpn.id,
-            "component_name": cpn.id.split(":", 1)[-1] if ":" in cpn.id else cpn.id,
+            "component_id": cid,
+            "component_name": name if colon else cid,
             "component_type": cpn.component_name,
-            "created_at": _now(),
+            "created_at": now,
         }
 
     def _invoke(self, cpn: ComponentBase, started: float) -> Iterator[dict]:
@@ -998,29 +1018,27 @@ class Canvas:
 
     def _queue_next(self, cpn: ComponentBase, i: int) -> None:
         nxt = cpn.next_ids()
-        if not nxt and cpn.parent_id and cpn._next is None:
+        if not nxt and cpn._next is None and cpn.parent_id:
             parent = self.components[cpn.parent_id]
             start = getattr(parent, "start_id", None)
             nxt = [start()] if callable(start) and start() else []
-        pending = set(self.path[i + 1 :])
+        path = self.path
         for nid in nxt:
             if nid not in self.components:
                 raise ComponentError(f"{cpn.id}: routes to missing component {nid!r}")
-            if nid not in pending:
-                self.path.append(nid)
-                pending.add(nid)
+            # Not queued twice: a component already waiting on the path runs once (joins).
+            if nid not in path[i + 1 :]:
+                path.append(nid)
 
     def sleep(self, seconds: float) -> None:
         """How retries wait (see the class docstring); a test may set its own."""
         self.deadline.sleep(seconds)
 
-    def _check_limits(self, started: float, steps: int) -> None:
-        self.deadline.check()
-        if steps >= self.limits.max_steps:
-            raise LimitError(
-                f"the turn ran {steps} components, the limit is {self.limits.max_steps} (max_steps); "
-                f"a loop may never end"
-            )
+    def _too_many_steps(self, steps: int) -> LimitError:
+        return LimitError(
+            f"the turn ran {steps} components, the limit is {self.limits.max_steps} (max_steps); "
+            f"a loop may never end"
+        )
 
     def _pause(self, cpn: ComponentBase) -> dict:
         data = cpn.pause_data()
@@ -1039,10 +1057,12 @@ class Canvas:
         self.path = []
         for cid, cpn in self.components.items():
             if cid != "begin":
-                cpn.outputs = {}
-                cpn.data = {}
+                if cpn.outputs:
+                    cpn.outputs = {}
+                if cpn.data:
+                    cpn.data = {}
         end = {"content": answer}
-        reference = self.cited_reference(answer)
+        reference = self.cited_reference(answer) if turn.get("references") else None
         if reference is not None:
             end["reference"] = reference
         if usage:
@@ -1050,14 +1070,15 @@ class Canvas:
         finished = {
             "status": "succeeded",
             "outputs": {"content": answer},
-            "elapsed_time": round(time.monotonic() - started, 6),
+            "elapsed_time": round(_monotonic() - started, 6),
             "usage": usage,
         }
         events = [self._event("message_end", end), self._event("workflow_finished", finished)]
         if reference is not None:
             # ragflow-sdk reads it at the event's top level, current RAGFlow in ``data``: both.
             events[0]["reference"] = reference
-        self._keep_retrieval()
+        if turn.get("references"):
+            self._keep_retrieval()
         self.turn = None
         yield from events
 

@@ -133,6 +133,14 @@ def compare(left: Any, operator: str, right: Any) -> bool:
     Raises:
         ValueError: ``operator`` is not a canonical operator.
     """
+    ordering = _ORDERING.get(operator) if type(operator) is str else None
+    if ordering is not None:
+        a, b = to_number(left), to_number(right)
+        if a is not None and b is not None:
+            return ordering(a, b)
+        if isinstance(left, str) and isinstance(right, str) and a is None and b is None:
+            return ordering(left, right)
+        return False
     if operator == "empty":
         return is_empty(left)
     if operator == "not empty":
@@ -154,13 +162,6 @@ def compare(left: Any, operator: str, right: Any) -> bool:
         return to_text(left).lower().startswith(to_text(right).lower())
     if operator == "end with":
         return to_text(left).lower().endswith(to_text(right).lower())
-    if operator in _ORDERING:
-        a, b = to_number(left), to_number(right)
-        if a is not None and b is not None:
-            return _ORDERING[operator](a, b)
-        if isinstance(left, str) and isinstance(right, str) and a is None and b is None:
-            return _ORDERING[operator](left, right)
-        return False
     raise ValueError(operator_error(operator))
 
 

@@ -94,6 +94,12 @@ class Deadline:
 
     def check(self) -> None:
         """Raise if cancelled or past an end; the error names the limit (module docstring)."""
+        if self._parent is None:  # the turn's own deadline: asked before every component
+            if self._cancelled is not None and self._cancelled():
+                raise Cancelled()
+            if time.monotonic() >= self._end:
+                raise self._error()
+            return
         if self.cancelled():
             raise Cancelled()
         now = time.monotonic()

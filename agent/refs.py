@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 _ID = r"[A-Za-z0-9_:\-]+"
@@ -43,7 +43,7 @@ class Ref:
     var: str
     path: tuple[str, ...]
 
-    @property
+    @cached_property  # written once into the instance's dict (frozen fields untouched)
     def text(self) -> str:
         if self.scope == "cpn":
             return "@".join((self.name, ".".join((self.var, *self.path))))

@@ -366,6 +366,8 @@ def _render_jinja(compiled: Any, values: list, deadline: Deadline | None) -> str
 
 def render(template: Any, lookup: Lookup, deadline: Deadline | None = None) -> str:
     """Render a template string to text (within ``deadline``, if given)."""
+    if type(template) is str and "{" not in template:
+        return template  # no reference and no jinja2: the text as it is
     return "".join(render_stream(template, lookup, deadline))
 
 
@@ -391,6 +393,10 @@ def render_stream(template: Any, lookup: Lookup, deadline: Deadline | None = Non
         return
     if not isinstance(template, str):
         yield to_text(template)
+        return
+    if "{" not in template:  # no reference and no jinja2
+        if template:
+            yield template
         return
     if uses_jinja(template):
         compiled, names = _compile(template)

@@ -12,10 +12,36 @@ from typing import Any
 
 from agent.component.base import ComponentBase, is_shared
 from agent.errors import FormPause
-from agent.forms import final_values, missing_required, normalize_form, public_form
+from agent.forms import final_values, is_optional, missing_required, normalize_form, public_form
 
-# Shared params object -> its normalised form (goes with the params when the memo drops them).
+# Shared params object -> what its form works out to (goes with the params when the memo drops them).
 _FORMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _Form:
+    """A form and what every run asks of it, worked out once.
+
+    Attributes:
+        fields: ``{key: field}`` (:func:`~agent.forms.normalize_form`).
+        required: keys of the required fields without a default value (those a
+            missing answer pauses the run for), in form order.
+        defaulted: whether any field has a default value.
+        public: the whole form as a ``user_inputs`` event shows it (copied per event).
+    """
+
+    __slots__ = ("defaulted", "fields", "public", "required")
+
+    def __init__(self, fields: dict[str, dict]):
+        self.fields = fields
+        self.required = tuple(
+            k for k, f in fields.items() if not is_optional(f) and f.get("value") in (None, "")
+        )
+        self.defaulted = any(f.get("value") not in (None, "") for f in fields.values())
+        self.public = public_form(fields)
+
+    def missing(self, answers: dict) -> list[str]:
+        """:func:`~agent.forms.missing_required` of ``answers``."""
+        return [k for k in self.required if answers.get(k) in (None, "")]
 
 
 class FormComponent(ComponentBase):
@@ -24,13 +50,16 @@ class FormComponent(ComponentBase):
     def form(self) -> dict[str, dict]:
         """The form's fields, worked out once per params object: once per process for
         params every canvas shares (read-only, so the fields are too)."""
+        return self._worked_out().fields
+
+    def _worked_out(self) -> _Form:
         form = self.__dict__.get("_form")
         if form is None:
             param = self._param
             shared = is_shared(param)
             form = _FORMS.get(param) if shared else None
             if form is None:
-                form = normalize_form(param.inputs, self.id)
+                form = _Form(normalize_form(param.inputs, self.id))
                 if shared:
                     _FORMS[param] = form
             self._form = form
@@ -38,22 +67,28 @@ class FormComponent(ComponentBase):
 
     def start_form(self) -> None:
         """Reached afresh (not resumed): earlier answers are never reused."""
-        self.data.pop("answers", None)
-        self.data.pop("pending", None)
-        self.data.pop("asked", None)
+        data = self.data
+        if data:
+            data.pop("answers", None)
+            data.pop("pending", None)
+            data.pop("asked", None)
 
     def collect(self) -> dict[str, Any]:
         """Outputs from the answers, or pause if a required field is still missing."""
-        form = self.form()
-        answers = self.data.get("answers") or {}
-        if missing_required(form, answers):
-            self.data["pending"] = True
+        form = self._worked_out()
+        data = self.data
+        answers = data.get("answers") or {}
+        if form.required and form.missing(answers):
+            data["pending"] = True
             raise FormPause(self.id)
-        self.data.pop("pending", None)
-        self.data.pop("asked", None)
-        values = final_values(form, answers)
-        for key, value in values.items():
-            self.set_output(key, value)
+        data.pop("pending", None)
+        data.pop("asked", None)
+        fields = form.fields
+        if form.defaulted:
+            values = final_values(fields, answers)
+        else:  # final_values without defaults to convert: each answer or None
+            values = {k: answers.get(k) for k in fields}
+        self.outputs.update(values)
         self.inputs_seen = dict(answers)
         return values
 
@@ -62,11 +97,11 @@ class FormComponent(ComponentBase):
 
     def pause_form(self) -> dict[str, dict]:
         """The fields being asked: the whole form at first, then only the missing ones."""
-        form = self.form()
+        form = self._worked_out()
         answers = self.data.get("answers") or {}
         if self.data.get("asked") and answers:
-            return public_form(form, missing_required(form, answers))
-        return public_form(form)
+            return public_form(form.fields, missing_required(form.fields, answers))
+        return {k: dict(f) for k, f in form.public.items()}
 
     def pause_data(self) -> dict:
         """The ``user_inputs`` event's data for this pause."""

@@ -54,6 +54,9 @@ class Message(ComponentBase):
         if not options:
             self.set_output("content", "")
             return None
-        seed = f"{self._canvas.globals.get('sys.conversation_turns')}:{self.id}"
-        template = options[0] if len(options) == 1 else random.Random(seed).choice(options)
+        if len(options) == 1:
+            template = options[0]
+        else:
+            seed = f"{self._canvas.globals.get('sys.conversation_turns')}:{self.id}"
+            template = random.Random(seed).choice(options)
         return self._canvas.render_stream(template)

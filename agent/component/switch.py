@@ -120,13 +120,20 @@ class Switch(ComponentBase):
         return routes
 
     def _invoke(self, **kwargs: Any) -> None:
-        chosen, branch = list(self._param.end_cpn_ids), "the else branch (end_cpn_ids)"
+        chosen = branch = None
         for n, cond in enumerate(self._param.conditions, 1):
-            results = (self._holds(item) for item in cond["items"])
-            if combine(results, cond["logical_operator"]):
+            items = cond["items"]
+            if len(items) == 1:  # one item: it decides, whatever the logical operator
+                holds = self._holds(items[0])
+            else:
+                holds = combine((self._holds(item) for item in items), cond["logical_operator"])
+            if holds:
                 chosen, branch = list(cond["to"]), f"condition {n}"
                 break
-        missing = [cid for cid in chosen if cid not in self._canvas.components]
+        if chosen is None:
+            chosen, branch = list(self._param.end_cpn_ids), "the else branch (end_cpn_ids)"
+        components = self._canvas.components
+        missing = [cid for cid in chosen if cid not in components]
         if missing:
             raise self.fail(
                 f"{branch} holds but routes to missing component(s) {', '.join(map(repr, missing))}; "
@@ -141,7 +148,12 @@ class Switch(ComponentBase):
         left = read_ref(self, ref)
         self.inputs_seen[ref.text] = left
         right = item.get("value")
-        right = "" if right is None else self.render_value(right)
-        if isinstance(right, LazyText):
-            right = right.text
+        if right is None:
+            right = ""
+        elif isinstance(right, str) and "{" not in right:
+            pass  # plain text: nothing to render
+        else:
+            right = self.render_value(right)
+            if isinstance(right, LazyText):
+                right = right.text
         return compare(left, item["operator"], right)
