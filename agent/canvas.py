@@ -95,6 +95,17 @@ class Limits:
         return cls(**{k: v for k, v in (values or {}).items() if k in names})
 
 
+def _check_runtime_keys(dsl: dict) -> None:
+    for key in ("path", "history"):
+        if not isinstance(dsl[key], list):
+            raise DSLError(f"{key!r} must be a list")
+    if not isinstance(dsl["retrieval"], (list, dict)):
+        # RAGFlow writes a list, or {"chunks": [], "doc_aggs": []}.
+        raise DSLError("'retrieval' must be a list or an object")
+    if not isinstance(dsl.get("globals"), dict):
+        raise DSLError("'globals' must be an object")
+
+
 class _Blueprint:
     """What a canvas works out from its components alone, shared by every canvas
     loaded from the same components (see :meth:`Canvas._build_components`).
@@ -173,16 +184,38 @@ class Canvas:
         self._start_fresh(limits, services)
         self._load(dsl)
 
-    @classmethod
-    def _adopt(
-        cls, parsed: dict, text: str, *, limits: Limits | None = None, services: dict | None = None
-    ) -> Canvas:
-        """``Canvas(text)`` made from ``parsed``, the value ``text`` parses to (handed
-        over, not copied): what :meth:`KeptCanvas.load` uses."""
-        canvas = cls.__new__(cls)
-        canvas._start_fresh(limits, services)
-        canvas._load(parsed, text)
-        return canvas
+    def _reload(self, parsed: dict, text: str, limits: Limits | None, services: dict | None) -> Canvas:
+        """This canvas (its components built from the same DSL) made equal to ``Canvas(text)``,
+        ``parsed`` being the value ``text`` parses to (handed over): what
+        :meth:`KeptCanvas.load` does, without parsing ``text`` or building the canvas anew.
+
+        Everything a load sets is set again; a component is kept as an object only if a
+        load would build it the same way (the base class's constructor, shared read-only
+        params) and a run added nothing to it, and is then constructed again in place
+        (what a run set is gone); any other is built anew, as a load builds it.
+        """
+        self._start_fresh(limits, services)
+        self._pristine, self._plain = text, True
+        if len(text) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
+            raise DSLError(f"the DSL is {len(text)} bytes; the limit is {self.limits.max_dsl_bytes}")
+        _check_runtime_keys(parsed)
+        self.dsl = parsed
+        plain_attrs = _component_attrs()
+        for cid, cpn in self.components.items():
+            cls, param = type(cpn), cpn._param
+            if (
+                cls.__init__ is ComponentBase.__init__
+                and is_shared(param)
+                and vars(cpn).keys() == plain_attrs
+            ):
+                cpn.__init__(self, cid, param, cpn.entry)
+            else:
+                if not is_shared(param):
+                    param = checked_param(cls, cpn.entry["obj"].get("params") or {}, cid)
+                self.components[cid] = cls(self, cid, param, cpn.entry)
+        self.warnings = list(self._blueprint.warnings)
+        self._take_state(parsed)
+        return self
 
     def _start_fresh(self, limits: Limits | None, services: dict | None) -> None:
         """Everything a canvas holds that is not its snapshot (set before it is loaded)."""
@@ -232,19 +265,15 @@ class Canvas:
             raise DSLError(
                 f"the DSL has {len(components)} components; the limit is {self.limits.max_components}"
             )
-        for key in ("path", "history"):
-            if not isinstance(dsl[key], list):
-                raise DSLError(f"{key!r} must be a list")
-        if not isinstance(dsl["retrieval"], (list, dict)):
-            # RAGFlow writes a list, or {"chunks": [], "doc_aggs": []}.
-            raise DSLError("'retrieval' must be a list or an object")
-        if not isinstance(dsl.get("globals"), dict):
-            raise DSLError("'globals' must be an object")
+        _check_runtime_keys(dsl)
         self.variables = _declared_variables(dsl.get("variables"))
 
         self.dsl = dsl
         self._build_components(components)
+        self._take_state(dsl)
 
+    def _take_state(self, dsl: dict) -> None:
+        """The run's state from the loaded snapshot ``dsl`` (the components are built)."""
         self.path: list[str] = dsl["path"]
         for cid in self.path:
             if cid not in self.components:
@@ -447,7 +476,8 @@ class Canvas:
 
     def keep(self, text: str) -> KeptCanvas | None:
         """This canvas as ``text`` holds it, ``text`` being its ``str()`` (just stored),
-        to be loaded again without parsing ``text``: see :class:`KeptCanvas`.
+        to be loaded again without parsing ``text``: see :class:`KeptCanvas`. The canvas
+        is handed over: it is not to be used after, but through the kept one's ``load()``.
 
         ``None`` when the canvas could differ from ``Canvas(text)``: it was loaded from
         JSON only the standard library reads (``NaN``...), or a value of its state does
@@ -467,8 +497,11 @@ class Canvas:
                 if text.rfind(f'"{key}":{part}') < 0:
                     return None
                 kept[key] = part
+        if not vars(self).keys() <= _canvas_attrs():
+            return None  # something this version does not know how to set again
         kept["history"] = list(self.history)
-        return KeptCanvas(text, kept)
+        self._start_fresh(self.limits, None)  # let go of the turn's services
+        return KeptCanvas(text, self, kept)
 
     def _runtime_state(self) -> str | bytes:
         """A rollback point: the loaded text if nothing ran since, else a dump."""
@@ -1162,31 +1195,54 @@ class KeptCanvas:
     """A canvas as its last turn left it, for the next turn in this process: loads,
     once, into a canvas equal to ``Canvas(text)`` without parsing ``text``.
 
-    Made by :meth:`Canvas.keep` once ``text = str(canvas)`` was stored. Holds the
-    snapshot's parsed DSL and history as that canvas had them (never changed by a run:
-    components' params are private copies) and the rest of the state as JSON text,
-    parsed again on :meth:`load`, so that the loaded canvas shares no object a run
-    changes with the canvas it was kept from.
+    Made by :meth:`Canvas.keep` once ``text = str(canvas)`` was stored. Holds that
+    canvas, the snapshot's parsed DSL and history as it had them (never changed by a
+    run: components' params are private copies) and the rest of the state as JSON
+    text, parsed again on :meth:`load` (so the state the next run changes is fresh
+    objects, as a load makes them); see :meth:`Canvas._reload`.
 
     Attributes:
         text: the snapshot (what ``Canvas(text)`` would load).
     """
 
-    __slots__ = ("_dsl", "text")
+    __slots__ = ("_canvas", "_dsl", "text")
 
-    def __init__(self, text: str, dsl: dict):
+    def __init__(self, text: str, canvas: Canvas, dsl: dict):
         self.text = text
+        self._canvas: Canvas | None = canvas
         self._dsl: dict | None = dsl
 
     def load(self, *, limits: Limits | None = None, services: dict | None = None) -> Canvas:
         """The canvas (as ``Canvas(self.text, limits=..., services=...)``); only once."""
-        dsl, self._dsl = self._dsl, None
-        if dsl is None:
+        canvas, dsl = self._canvas, self._dsl
+        self._canvas = self._dsl = None
+        if canvas is None or dsl is None:
             raise RuntimeError("a kept canvas is loaded once")
         for key in _KEPT_AS_TEXT:
             if key in dsl:
                 dsl[key] = jsonio.loads(dsl[key])
-        return Canvas._adopt(dsl, self.text, limits=limits, services=services)
+        return canvas._reload(dsl, self.text, limits, services)
+
+
+@functools.cache
+def _probe() -> Canvas:
+    """A loaded canvas of a Begin alone."""
+    return Canvas({"components": {"begin": {"obj": {"component_name": "Begin", "params": {}}}}, **_EMPTY})
+
+
+@functools.cache
+def _component_attrs() -> frozenset[str]:
+    """The attributes the base class's constructor gives a component."""
+    return frozenset(vars(_probe().components["begin"]))
+
+
+@functools.cache
+def _canvas_attrs() -> frozenset[str]:
+    """The attributes a loaded canvas has, and those a run adds."""
+    return frozenset(vars(_probe())) | {"_finished_late", "_started_late"}
+
+
+_EMPTY = {"path": [], "history": [], "retrieval": []}
 
 
 def _reference_chunk(chunk: dict) -> dict:

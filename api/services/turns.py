@@ -922,14 +922,15 @@ class TurnService:
                     "agent_response": result.answer,
                 }
                 saved = memories.save_exchange(req.tenant_id, canvas.memory_saves, exchange, strict=False)
-        if snapshot is not None and self.canvases.enabled:
-            # Committed: the canvas is version + 1 of the session, for its next turn here.
-            kept_canvas = canvas.keep(snapshot)
-            if kept_canvas is not None:
-                self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
         if saved:
             # What the Memories' LLMs extract comes after, outside the turn's latency.
             self.extractor.submit(req.tenant_id, saved, exchange)
+        if snapshot is not None and self.canvases.enabled:
+            # Committed: the canvas is version + 1 of the session, for its next turn here
+            # (handed over: the last thing this turn does with it).
+            kept_canvas = canvas.keep(snapshot)
+            if kept_canvas is not None:
+                self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
         return result
 
     # ------------------------------------------------------------------ other writes

@@ -124,3 +124,39 @@ def test_the_property_sees_pauses_answers_and_rejections():
         "input_error",
     ]
     assert state["globals"]["sys.conversation_turns"] == 2
+
+
+def _attributes(canvas):
+    """What a canvas and its components hold, as comparable values (objects by type)."""
+
+    def value(v):
+        if callable(v) or type(v).__module__.startswith("agent.") and not isinstance(v, (dict, list)):
+            return type(v).__name__
+        return v
+
+    own = {k: value(v) for k, v in vars(canvas).items() if k not in ("_finished_late", "_started_late")}
+    own["components"] = {
+        cid: {k: value(v) for k, v in vars(cpn).items() if k != "_canvas"}
+        for cid, cpn in canvas.components.items()
+    }
+    return own
+
+
+def test_a_kept_canvas_loads_as_the_snapshot_would():
+    """Attribute by attribute (components' too): what a turn's run left behind is gone."""
+    from tests.agent.test_loop import loop_dsl
+
+    script = [("query", "hi"), ("inputs", {"name": "Ann", "age": 41, "plan": "pro"}), ("query", "a b")]
+    for dsl in [*DSLS, loop_dsl()]:
+        canvas = Canvas(str(Canvas(dsl)))
+        for kind, payload in script:
+            try:
+                list(canvas.run(**({"query": payload} if kind == "query" else {"inputs": payload})))
+            except (InputError, UsageError):
+                continue
+            text = str(canvas)
+            services = {"a": 1}
+            kept = canvas.keep(text)
+            assert kept is not None
+            canvas = kept.load(services=services)
+            assert _attributes(canvas) == _attributes(Canvas(text, services=services))
