@@ -212,11 +212,64 @@ class TurnObserver:
             if self.span is not None:
                 self.span.set_attribute("agentcanvas.outcome", outcome)
             if log.isEnabledFor(logging.INFO):
-                with self.active():
-                    log.info("turn %s in %.3f s", outcome, seconds)
+                self._log_end(outcome, seconds)
             m.turn_ended(outcome, seconds)
         if self.span is not None:
             self.span.end()
+
+    def _log_end(self, outcome: str, seconds: float) -> None:
+        """The turn's info line, ``turn <outcome> in <seconds> s``, with its ids.
+
+        When the line goes only to the handler :func:`configure_logging` installed
+        (JSON, no filters), it is written here as :class:`JsonFormatter` writes it: in
+        a server the logging module's generic path (a record of a dozen fields, the
+        caller's frame, the handler chain) took 40-100 us a turn with the caches cold
+        from the turn, against 20-40 us written here.
+        """
+        with self.active():
+            handler = _sole_json_handler(log)
+            if handler is not None:
+                pid = os.getpid() if logging.logProcesses else None
+                # The text log.info below makes of it (no token can be in it: no scrub).
+                message = f"turn {outcome} in {seconds:.3f} s"
+                line = _json_line(time.time(), None, "info", log.name, pid, message)
+                text = JsonFormatter.encode(line) + handler.terminator
+                handler.acquire()
+                try:
+                    handler.stream.write(text)
+                    handler.flush()
+                    return
+                except Exception:  # noqa: BLE001, S110 - logged the standard way below, which reports it
+                    pass
+                finally:
+                    handler.release()
+            log.info("turn %s in %.3f s", outcome, seconds)
+
+
+def _sole_json_handler(logger: logging.Logger) -> logging.StreamHandler | None:
+    """The handler an INFO record of ``logger`` would reach, if that is the only one and it
+    is the :class:`_ServerHandler` of :func:`configure_logging`, with no filter on the way."""
+    if logger.disabled:
+        return None
+    found = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        if current.filters:
+            return None
+        for handler in current.handlers:
+            if (
+                found is not None
+                or type(handler) is not _ServerHandler
+                or handler.filters
+                or type(handler.formatter) is not JsonFormatter
+                or handler.level > logging.INFO
+            ):
+                return None
+            found = handler
+        if not current.propagate:
+            break
+        current = current.parent  # type: ignore[assignment]
+    return found
 
 
 class _ActiveTurn:
@@ -269,32 +322,62 @@ def log_context(**fields: str) -> Iterator[None]:
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, tokens scrubbed."""
 
-    converter = time.gmtime
-    _encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
-    # The time of the last line, to the second: (whole seconds, formatted).
-    _second: tuple[int, str] = (-1, "")
+    encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
     def format(self, record: logging.LogRecord) -> str:
-        second = int(record.created)
-        cached = self._second
-        if cached[0] != second:
-            cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(second)))
-            self._second = cached
-        line: dict[str, Any] = {
-            "time": f"{cached[1]}.{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "pid": record.process,
-            "message": scrub(record.getMessage()),
-        }
-        context = _context.get()
-        if context:
-            line.update(context)
-        if agent_telemetry.tracing_enabled():  # else no span records, and there are no ids
-            line.update(agent_telemetry.current_trace_ids())
+        line = _json_line(
+            record.created,
+            record.msecs,
+            record.levelname.lower(),
+            record.name,
+            record.process,
+            scrub(record.getMessage()),
+        )
         if record.exc_info:
             line["exception"] = scrub(self.formatException(record.exc_info))
-        return self._encode(line)
+        return self.encode(line)
+
+
+# The last second a JSON line was written in: (whole seconds, its text in UTC).
+_second: tuple[int, str] = (-1, "")
+
+
+def _json_line(
+    created: float, msecs: float | None, level: str, logger: str, pid: int | None, message: str
+) -> dict[str, Any]:
+    """A JSON log line's fields: these, then the log context of this thread
+    (:func:`log_context`) and the current span's ids when tracing."""
+    line: dict[str, Any] = {
+        "time": _json_time(created, msecs),
+        "level": level,
+        "logger": logger,
+        "pid": pid,
+        "message": message,
+    }
+    context = _context.get()
+    if context:
+        line.update(context)
+    if agent_telemetry.tracing_enabled():  # else no span records, and there are no ids
+        line.update(agent_telemetry.current_trace_ids())
+    return line
+
+
+def _json_time(created: float, msecs: float | None = None) -> str:
+    """``2026-11-30T20:15:00.123Z``: a record's ``created`` time (and ``msecs``, as
+    logging computes it) in UTC; the date and time formatted once per second."""
+    global _second
+    second = int(created)
+    cached = _second
+    if cached[0] != second:
+        cached = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        _second = cached
+    if msecs is None:
+        msecs = int((created - second) * 1000)
+    return f"{cached[1]}.{int(msecs):03d}Z"
+
+
+class _ServerHandler(logging.StreamHandler):
+    """The handler :func:`configure_logging` installs (a StreamHandler to standard error)."""
 
 
 class ScrubbingFormatter(logging.Formatter):
@@ -326,7 +409,7 @@ def configure_logging(kind: str = "json", level: str = "INFO") -> None:
             f"log level {level!r} is not one of {', '.join(LOG_LEVELS).lower()} "
             f"(setting log.level, AGENTCANVAS_LOG_LEVEL)"
         )
-    handler = logging.StreamHandler()
+    handler = _ServerHandler()
     handler.setFormatter(formatter(kind))
     logger = logging.getLogger("agentcanvas")
     for old in list(logger.handlers):

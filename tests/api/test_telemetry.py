@@ -144,3 +144,49 @@ def test_a_turn_writes_one_json_log_line_with_its_ids_and_trace(api: Api, spans)
     assert line["trace_id"] == format(turn.context.trace_id, "032x")
     assert line["level"] == "info" and line["logger"] == "agentcanvas.turns"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
+
+
+def test_the_turn_line_written_directly_is_the_line_logging_writes(api: Api, spans):
+    """configure_logging's handler gets the turn's line written straight to it; any other
+    set-up (here a filter on the handler) goes through logging. Same line either way."""
+    import io
+    import json
+    import logging
+
+    from api.telemetry import configure_logging
+
+    root = logging.getLogger("agentcanvas")
+    saved = (list(root.handlers), root.level, root.propagate)
+    configure_logging("json", "info")
+    handler = root.handlers[0]
+    out = io.StringIO()
+    handler.setStream(out)
+    seen = []
+    try:
+        agent_id = api.create_agent(echo_dsl())
+        direct = api.ask(agent_id, None, "hello").json["data"]
+        handler.addFilter(lambda record: seen.append(record.getMessage()) or True)
+        logged = api.ask(agent_id, None, "hello").json["data"]
+    finally:
+        for old in list(root.handlers):
+            root.removeHandler(old)
+        for old in saved[0]:
+            root.addHandler(old)
+        root.setLevel(saved[1])
+        root.propagate = saved[2]
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    turns = [line for line in lines if line["message"].startswith("turn succeeded in ")]
+    assert [line["session_id"] for line in turns] == [direct["session_id"], logged["session_id"]]
+    assert [line["task_id"] for line in turns] == [direct["task_id"], logged["task_id"]]
+    assert list(turns[0]) == list(turns[1])  # the same fields, in the same order
+    assert turns[0]["trace_id"] != turns[1]["trace_id"]
+    assert {
+        k: v
+        for k, v in turns[0].items()
+        if k not in ("time", "message", "task_id", "session_id", "trace_id", "span_id")
+    } == {
+        k: v
+        for k, v in turns[1].items()
+        if k not in ("time", "message", "task_id", "session_id", "trace_id", "span_id")
+    }
+    assert seen and seen[-1] == turns[1]["message"]  # the second went through logging
