@@ -1148,7 +1148,7 @@ class Canvas:
             if len(kept) < MAX_KEPT_PATHS:  # a graph has few pause points; a bound all the same
                 kept[path] = needed
         for cid, cpn in self.components.items():
-            if cid not in needed:
+            if cpn.outputs and cid not in needed:
                 cpn.outputs = {}
 
     def _outputs_needed_by(self, path: tuple[str, ...]) -> frozenset[str]:

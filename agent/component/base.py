@@ -203,7 +203,10 @@ class ComponentBase:
         # The canvas holds its components; a component reaches its canvas through a weak
         # proxy, so that a canvas is freed as soon as the last reference to it goes,
         # never left for the cyclic collector with its whole state (every turn's).
-        self._canvas = _weak(canvas)
+        try:
+            self._canvas = weakref.proxy(canvas)
+        except TypeError:  # a proxy already (a component an Agent builds for a tool)
+            self._canvas = canvas
         self.id = cpn_id
         self._param = param
         self.entry = entry  # the DSL entry: downstream, upstream, parent_id
@@ -356,13 +359,6 @@ class ComponentBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
-
-
-def _weak(canvas: Any) -> Any:
-    """A weak proxy of ``canvas`` (itself when it is one already)."""
-    if isinstance(canvas, weakref.ProxyTypes):
-        return canvas
-    return weakref.proxy(canvas)
 
 
 def _started(chunks: Iterator[str]) -> Iterator[str]:
