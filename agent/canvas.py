@@ -229,6 +229,7 @@ class Canvas:
         self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
         self.warnings: list[str] = []
+        self._written: tuple[str, dict, dict[str, bytes]] | None = None
 
     # ------------------------------------------------------------------ loading
     def _load(self, dsl: str | bytes | dict, text: str | None = None) -> None:
@@ -466,12 +467,17 @@ class Canvas:
         return out
 
     def __str__(self) -> str:
-        text = jsonio.dumps(self.to_dict())
+        snapshot = self.to_dict()
+        text, values = jsonio.dumps_members(snapshot)
         if len(text) > self.limits.max_snapshot_bytes:
             raise SnapshotTooLarge(
                 f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
                 f"(lower history_size or the memory window, or raise max_snapshot_bytes)"
             )
+        # For keep(): the snapshot, and the JSON of the state a run changes as it is in it.
+        self._written = None
+        if values is not None:
+            self._written = (text, snapshot, {k: values[k] for k in _KEPT_AS_TEXT if k in values})
         return text
 
     def keep(self, text: str) -> KeptCanvas | None:
@@ -479,27 +485,23 @@ class Canvas:
         to be loaded again without parsing ``text``: see :class:`KeptCanvas`. The canvas
         is handed over: it is not to be used after, but through the kept one's ``load()``.
 
-        ``None`` when the canvas could differ from ``Canvas(text)``: it was loaded from
-        JSON only the standard library reads (``NaN``...), or a value of its state does
-        not read back from ``text`` as it is (what a run put there is written once more
-        and looked for in ``text``; the DSL and the history hold parsed JSON as loaded).
+        ``None`` when the canvas could differ from ``Canvas(text)``: ``text`` is not the
+        last ``str()`` of it, or that was not written by orjson member by member (the
+        standard library wrote it), or the canvas was loaded from JSON only the standard
+        library reads (``NaN``...); or it holds a field this version does not know how
+        to set again. The state a run changes is taken as its JSON in ``text`` (parsed
+        again on load); the DSL and the history hold parsed JSON as they were loaded.
         """
-        if not self._plain or not isinstance(text, str):
+        written = self._written
+        if not self._plain or written is None or written[0] is not text:
             return None
         for entry in self.history[-2:]:  # the pair a run adds (built from text)
             if type(entry) is not list or len(entry) != 2 or not all(type(x) is str for x in entry):
                 return None
-        kept = self.to_dict()
-        for key in _KEPT_AS_TEXT:
-            if key in kept:
-                part = jsonio.dumps(kept[key])
-                # Looked for from the end, where these keys are (after the components).
-                if text.rfind(f'"{key}":{part}') < 0:
-                    return None
-                kept[key] = part
         if not vars(self).keys() <= _canvas_attrs():
-            return None  # something this version does not know how to set again
-        kept["history"] = list(self.history)
+            return None
+        _, snapshot, values = written
+        kept = {**snapshot, **values, "history": list(self.history)}
         self._start_fresh(self.limits, None)  # let go of the turn's services
         return KeptCanvas(text, self, kept)
 
@@ -1170,7 +1172,7 @@ class Canvas:
         return frozenset(needed)
 
 
-#: The snapshot keys a run changes, kept as JSON text by :meth:`Canvas.keep` (and
+#: The snapshot keys a run changes, kept as their JSON by :meth:`Canvas.keep` (and
 #: ``history``, kept as it is: pairs of text, plain JSON by construction).
 _KEPT_AS_TEXT = tuple(k for k in _RUNTIME_KEYS if k != "history")
 
