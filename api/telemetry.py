@@ -50,58 +50,61 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
-        self.turns = Counter(
-            "agentcanvas_turns_total",
-            "Turns by how they ended: succeeded, paused, failed, cancelled, not_saved",
-            ["outcome"],
+        self.turns = _Labelled(
+            Counter(
+                "agentcanvas_turns_total",
+                "Turns by how they ended: succeeded, paused, failed, cancelled, not_saved",
+                ["outcome"],
+            )
         )
-        self.turn_seconds = Histogram(
-            "agentcanvas_turn_seconds",
-            "Turn duration from the claim to the end of the commit, by outcome",
-            ["outcome"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+        self.turn_seconds = _Labelled(
+            Histogram(
+                "agentcanvas_turn_seconds",
+                "Turn duration from the claim to the end of the commit, by outcome",
+                ["outcome"],
+                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            )
         )
         self.busy = Counter("agentcanvas_busy_total", "Requests answered 409: the session is busy")
         self.leases = Gauge(
             "agentcanvas_leases_held", "Session leases held by running turns", multiprocess_mode="livesum"
         )
-        self.parse_tasks = Counter(
-            "agentcanvas_parse_tasks_total",
-            "Document parse tasks by how they ended: done, failed",
-            ["outcome"],
+        self.parse_tasks = _Labelled(
+            Counter(
+                "agentcanvas_parse_tasks_total",
+                "Document parse tasks by how they ended: done, failed",
+                ["outcome"],
+            )
         )
-        self.llm_tokens = Counter(
-            "agentcanvas_llm_tokens_total", "LLM tokens used: prompt, completion", ["kind"]
+        self.llm_tokens = _Labelled(
+            Counter("agentcanvas_llm_tokens_total", "LLM tokens used: prompt, completion", ["kind"])
         )
-        self.llm_calls = Counter("agentcanvas_llm_calls_total", "LLM calls by provider", ["provider"])
-        self.llm_errors = Counter(
-            "agentcanvas_llm_errors_total", "LLM calls that failed, by error type", ["provider", "error_type"]
+        self.llm_calls = _Labelled(
+            Counter("agentcanvas_llm_calls_total", "LLM calls by provider", ["provider"])
         )
-        self.db_errors = Counter(
-            "agentcanvas_db_errors_total", "Database errors, by where they were met", ["where"]
+        self.llm_errors = _Labelled(
+            Counter(
+                "agentcanvas_llm_errors_total",
+                "LLM calls that failed, by error type",
+                ["provider", "error_type"],
+            )
         )
-        self.rate_limited = Counter(
-            "agentcanvas_rate_limited_total", "Requests answered 429 by a rate limit, by scope", ["scope"]
+        self.db_errors = _Labelled(
+            Counter("agentcanvas_db_errors_total", "Database errors, by where they were met", ["where"])
         )
-        self.canvas_cache = Counter(
-            "agentcanvas_canvas_cache_total",
-            "Turns on an existing session by whether this worker had kept its canvas: hit, miss",
-            ["outcome"],
+        self.rate_limited = _Labelled(
+            Counter(
+                "agentcanvas_rate_limited_total", "Requests answered 429 by a rate limit, by scope", ["scope"]
+            )
+        )
+        self.canvas_cache = _Labelled(
+            Counter(
+                "agentcanvas_canvas_cache_total",
+                "Turns on an existing session by whether this worker had kept its canvas: hit, miss",
+                ["outcome"],
+            )
         )
         agent_telemetry.observe_llm_calls(self._llm_call)
-        self._outcomes: dict[str, tuple[Any, Any]] = {}
-
-    def turn_ended(self, outcome: str, seconds: float) -> None:
-        """Count a turn that ended ``outcome`` after ``seconds`` (the labelled children
-        are looked up once per outcome, not on every turn)."""
-        children = self._outcomes.get(outcome)
-        if children is None:
-            children = self._outcomes[outcome] = (
-                self.turns.labels(outcome),
-                self.turn_seconds.labels(outcome),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
 
     def _llm_call(self, provider: str, model: str, usage: dict | None, error: BaseException | None) -> None:
         provider = provider or "default"
@@ -111,6 +114,25 @@ class Metrics:
             self.llm_tokens.labels("completion").inc(int(usage.get("completion_tokens") or 0))
         if error is not None:
             self.llm_errors.labels(provider, type(error).__name__).inc()
+
+
+class _Labelled:
+    """A labelled metric whose children are looked up once per label values:
+    prometheus_client's ``labels()`` checks the values and takes a lock on every call,
+    and the turn path calls it three times a turn."""
+
+    def __init__(self, metric: Any):
+        self.metric = metric
+        self._children: dict[tuple, Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.metric, name)
 
 
 def metrics() -> Metrics:
@@ -213,7 +235,8 @@ class TurnObserver:
                 self.span.set_attribute("agentcanvas.outcome", outcome)
             if log.isEnabledFor(logging.INFO):
                 self._log_end(outcome, seconds)
-            m.turn_ended(outcome, seconds)
+            m.turns.labels(outcome).inc()
+            m.turn_seconds.labels(outcome).observe(seconds)
         if self.span is not None:
             self.span.end()
 
