@@ -29,6 +29,7 @@ import functools
 import logging
 import re
 import time
+import traceback
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
@@ -988,6 +989,7 @@ class Canvas:
         except (CanvasError, Exception) as e:  # noqa: BLE001 - a component failure never escapes run()
             if not isinstance(e, CanvasError):
                 log.exception("unexpected error in canvas run")
+            _release_frames(e)
             yield from self._end_failed(before, started, "failed", str(e) or type(e).__name__, e)
 
     def _node_finished(self, cpn: ComponentBase, t0: float | None) -> dict:
@@ -1245,6 +1247,22 @@ def _canvas_attrs() -> frozenset[str]:
 
 
 _EMPTY = {"path": [], "history": [], "retrieval": []}
+
+
+def _release_frames(error: BaseException) -> None:
+    """Let the frames a failure was raised through go of their locals (the canvas, its
+    components): a library's error may sit in a reference cycle (jinja2 keeps the
+    error in its rewritten traceback), and its frames would keep the canvas alive until
+    the cyclic collector runs. The tracebacks still say where each error was raised."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)  # skips frames still running (this run's own)
+        todo += (e.__cause__, e.__context__)
 
 
 def _reference_chunk(chunk: dict) -> dict:

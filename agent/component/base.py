@@ -315,11 +315,17 @@ class ComponentBase:
             self.outputs = {"_ERROR": message, "content": self._param.exception_default_value}
             self._next = self.fallback_next()
             return None
-        if isinstance(e, ComponentError):
-            if message.split(": ", 1)[0] not in self._canvas.components:
-                e.args = (f"{self.id}: {message}", *e.args[1:])  # say which component failed
-            raise e
-        raise ComponentError(f"{self.id}: {message}") from e
+        try:
+            if isinstance(e, ComponentError):
+                if message.split(": ", 1)[0] not in self._canvas.components:
+                    e.args = (f"{self.id}: {message}", *e.args[1:])  # say which component failed
+                raise e
+            raise ComponentError(f"{self.id}: {message}") from e
+        finally:
+            # This frame is on the raised error's traceback: holding the error too, it
+            # would make a cycle that keeps the error, and the canvas its frames hold,
+            # alive until the cyclic collector runs.
+            del e
 
     def _invoke(self, **kwargs: Any) -> Iterator[str] | None:
         raise NotImplementedError
