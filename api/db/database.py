@@ -17,6 +17,7 @@ import contextlib
 import errno
 import functools
 import os
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,6 +54,13 @@ def _verb(sql: str) -> str:
     return words[0].upper() if words else ""
 
 
+def _check_failed(exc: BaseException, detail: str | None = None) -> bool:
+    """Whether ``exc`` is the failed check of a pooled MySQL connection (``detail``:
+    and that attribute of it is true; see :func:`_mysql_connection_class`)."""
+    orig = getattr(exc, "orig", exc)
+    return hasattr(orig, "unsent") and (detail is None or bool(getattr(orig, detail)))
+
+
 class _SafeReconnectMixin:
     """Reconnect after a dropped connection; retry the statement only if it is a read.
 
@@ -60,7 +68,11 @@ class _SafeReconnectMixin:
     ``UPDATE`` whose connection dropped may already have been applied, so running it
     again is not safe. Here a write's error reaches the caller, and the thread gets a
     fresh connection for its next statement either way. Inside a transaction nothing
-    is reconnected: the transaction is lost and the caller must know.
+    is reconnected: the transaction is lost and the caller must know; except on its
+    first statement when it was begun with that statement (MySQL, see
+    :meth:`ReconnectingPooledMySQLDatabase.begin`): nothing of it can have been
+    committed, so it is begun again on a fresh connection, as a ``BEGIN`` that failed
+    would be.
 
     With several hosts (:mod:`api.db.cluster`), the host of a connection that dropped or
     whose node is not ready is marked down, and the fresh connection goes to another one. A
@@ -81,25 +93,36 @@ class _SafeReconnectMixin:
         conflicts = 0
         moves = len(self.host_list.hosts)
         while True:
+            first = self._begins_transaction()
             try:
                 return super().execute_sql(sql, params)
             except (OperationalError, InterfaceError) as exc:
                 verb = _verb(sql)  # worked out only when a statement failed (hot path)
                 gone = self._connection_lost(exc) or cluster.node_unusable(exc)
                 if self.in_transaction():
-                    if gone:
-                        self._leave_host(exc)
-                    raise
+                    if not gone:
+                        raise
+                    self._leave_host(exc)
+                    if not first or moves <= 0:
+                        raise
+                    moves -= 1
+                    self._reopen()
+                    self._begin_on_new_connection()
+                    continue
                 if cluster.write_conflict(exc) and conflicts < cluster.CONFLICT_RETRIES:
                     conflicts += 1  # rolled back whole: run it again after a short pause
                     cluster.pause_before_retry(conflicts)
                     continue
-                refused = cluster.refused_before_running(exc) or (
-                    # A Galera node cut off from the cluster fails a read that needs no
-                    # table (SELECT 1, SELECT @@port) with 1205 at once: its wait for
-                    # the cluster (wsrep_sync_wait) cannot begin. A plain read takes no
-                    # row lock, so it is no lock wait of ours.
-                    self.galera and verb in _READ_VERBS and cluster.mysql_code(exc) == 1205
+                refused = (
+                    cluster.refused_before_running(exc)
+                    or _check_failed(exc, "unsent")
+                    or (
+                        # A Galera node cut off from the cluster fails a read that needs no
+                        # table (SELECT 1, SELECT @@port) with 1205 at once: its wait for
+                        # the cluster (wsrep_sync_wait) cannot begin. A plain read takes no
+                        # row lock, so it is no lock wait of ours.
+                        self.galera and verb in _READ_VERBS and cluster.mysql_code(exc) == 1205
+                    )
                 )
                 if not (refused or gone):
                     raise
@@ -119,12 +142,26 @@ class _SafeReconnectMixin:
             self._reopen()  # nothing was sent yet: starting again is safe
             return super().begin(*args, **kwargs)
 
+    def _begins_transaction(self) -> bool:
+        """Whether the next statement begins the open transaction (it was begun with it)."""
+        return False
+
+    def _begin_on_new_connection(self) -> None:
+        """Begin the open transaction again on the connection :meth:`_reopen` made."""
+        raise NotImplementedError
+
     def _connection_lost(self, exc: Exception) -> bool:
         text = str(exc).lower()
         return any(isinstance(exc, cls) and frag.lower() in text for cls, frag in self.reconnect_errors)
 
     def _leave_host(self, exc: Exception) -> None:
-        """Mark the host of this thread's connection down (``exc``: it is gone or not ready)."""
+        """Mark the host of this thread's connection down (``exc``: it is gone or not ready).
+
+        Not when the check of a pooled connection found it closed by the server (its
+        host answered that much; it was restarted, or ended idle connections): the
+        next connection goes there again, and finds out."""
+        if _check_failed(exc) and not _check_failed(exc, "silent"):
+            return
         conn = self._state.conn
         if conn is not None and id(conn) in self._conn_hosts:
             self.host_list.mark_down(self._conn_hosts[id(conn)], exc)
@@ -133,13 +170,15 @@ class _SafeReconnectMixin:
         # close()/connect() reset the thread's state, including the stack that
         # connection_context() pops on exit: keep it, also when connect() fails (the
         # server is still down), so that the caller sees that error and not an
-        # IndexError from an emptied stack.
-        ctx = list(self._state.ctx)
+        # IndexError from an emptied stack. The same for the transactions, when the one
+        # open is begun again on the new connection (_begin_on_new_connection).
+        ctx, transactions = list(self._state.ctx), list(self._state.transactions)
+        self._state.transactions = []
         try:
             self.close()
             self.connect()
         finally:
-            self._state.ctx = ctx
+            self._state.ctx, self._state.transactions = ctx, transactions
 
     def _connect(self):  # noqa: ANN202 - peewee's signature
         # The pool hands out its idle connections first: pass over those on a host that
@@ -222,21 +261,90 @@ def escape_mysql_text(text: str) -> str:
 
 @functools.cache
 def _mysql_connection_class() -> type:
-    """pymysql's connection class with one TLS context per process for its "preferred" mode,
-    and a faster string escape (:func:`escape_mysql_text`).
+    """pymysql's connection class as the pool uses it: a shared TLS context, a faster
+    string escape (:func:`escape_mysql_text`), and commands sent ahead of a statement in
+    the same packet write.
 
-    Given no TLS options, pymysql (1.1.1 and later) uses TLS if the server offers it and
-    builds a new default context for every connection to be ready: it loads the
+    **TLS.** Given no TLS options, pymysql (1.1.1 and later) uses TLS if the server offers
+    it and builds a new default context for every connection to be ready: it loads the
     system's CA certificates, about 20 ms of CPU per connection (a connection without
     it takes about 0.5 ms). That context verifies nothing and is the same every time, so
     it is made once and shared. Explicit TLS options still get a context of their own.
+
+    **Commands sent ahead.** A server answers the commands of one connection in the order
+    they came, so a command whose answer is only an OK can go out in the same write as
+    the statement after it, and the two answers are read one after the other: one round
+    trip instead of two. Two such commands:
+
+    * the **check** of a connection taken from the pool (:attr:`unchecked`): a ``PING``
+      whose answer is awaited at most the connect timeout, so that a server that
+      stopped answering (frozen, or behind a network that drops packets) fails the
+      statement within that time instead of hanging it, and the statement runs again
+      on another connection. The ping goes ahead of a statement that may run on a
+      server nobody listens to any more: a read, ``BEGIN``, or any statement of a
+      transaction (never committed there). Ahead of a write outside a transaction it
+      is a round trip of its own, as it always was, and the write is not sent when it
+      fails (:attr:`CheckFailed.unsent`): a write waiting in a frozen server would be
+      applied when it wakes up, after its caller was told it failed, or made it again
+      elsewhere.
+    * ``SET autocommit``: a transaction is begun by switching autocommit off
+      (:meth:`begin_lazily`) ahead of its first statement, which starts it; ``COMMIT``
+      or ``ROLLBACK`` ends it, and autocommit is switched on again ahead of the next
+      statement outside a transaction (none is left open by then: a snapshot held
+      between requests would hide other connections' writes from it). So ``BEGIN`` is
+      no round trip of its own. Not ``BEGIN`` itself sent ahead: a ``BEGIN`` that
+      fails (on Galera it waits for the cluster, and that wait can time out) would
+      leave the statement behind it to run and commit alone, while ``SET autocommit``
+      sets a session variable and has nothing to fail on.
+
+    A command sent ahead that fails closes the connection (the statement's answer is
+    still on its way, out of step) and its error is raised.
     """
     import pymysql
-    from pymysql.constants import SERVER_STATUS
+    from pymysql.constants import COMMAND, CR, SERVER_STATUS
 
-    shared: list = []  # the context, once made
+    shared: list = []  # the TLS context, once made
+    ping = struct.pack("<iB", 1, COMMAND.COM_PING)
 
-    class PreferredTlsConnection(pymysql.connections.Connection):
+    def query(sql: bytes) -> bytes:
+        return struct.pack("<iB", len(sql) + 1, COMMAND.COM_QUERY) + sql
+
+    autocommit_on, autocommit_off = query(b"SET autocommit=1"), query(b"SET autocommit=0")
+    rollback = query(b"ROLLBACK")
+    may_follow = tuple(verb.encode() for verb in (*_READ_VERBS, "BEGIN"))
+
+    def _may_follow_check(sql: str | bytes) -> bool:
+        """Whether ``sql`` outside a transaction may go out with the check: a read, or
+        ``BEGIN`` (:meth:`_SafeReconnectMixin.begin` begins again elsewhere when it fails)."""
+        return (sql if isinstance(sql, bytes) else sql.encode()).lstrip()[:8].upper().startswith(may_follow)
+
+    class CheckFailed(pymysql.err.OperationalError):
+        """The check of a pooled connection got no answer (2013): the connection is closed.
+
+        ``unsent``: the statement was not sent (it runs nowhere). ``silent``: the
+        server did not answer within the connect timeout (else it closed the connection).
+        """
+
+        def __init__(self, reason: BaseException, unsent: bool):
+            super().__init__(
+                CR.CR_SERVER_LOST, f"the database connection did not answer its check ({reason})"
+            )
+            self.unsent = unsent
+            self.silent = isinstance(reason.__context__, TimeoutError)
+
+    class Connection(pymysql.connections.Connection):
+        #: taken from the pool, not heard from since: the next statement takes the check along
+        unchecked = False
+        #: ``False`` while a transaction begun by :meth:`begin_lazily` is open
+        autocommit_wanted = True
+        #: whether a statement went out since :meth:`begin_lazily` (else COMMIT and ROLLBACK have nothing to end)
+        began = False
+        #: whether the server is a Galera node (set when connected)
+        galera = False
+        _ahead = b""
+        #: the error of a failed check (set below)
+        CheckFailed: type
+
         def _create_ssl_ctx(self, sslp):  # noqa: ANN001, ANN202 - pymysql's signature
             if sslp != {}:
                 return super()._create_ssl_ctx(sslp)
@@ -251,7 +359,95 @@ def _mysql_connection_class() -> type:
 
         escape_string = _escape_string  # its name before pymysql 2
 
-    return PreferredTlsConnection
+        def check(self) -> None:
+            """Ping the server now, waiting at most the connect timeout for its answer.
+
+            Raises:
+                CheckFailed: no answer; the connection is closed.
+            """
+            self.unchecked = False
+            try:
+                self._execute_command(COMMAND.COM_PING, "")
+            except pymysql.err.MySQLError as exc:
+                raise CheckFailed(exc, unsent=True) from exc
+            self._read_answers_ahead((True,), unsent=True)
+
+        def begin_lazily(self) -> None:
+            """Begin a transaction with the next statement (see the class docstring)."""
+            self.autocommit_wanted, self.began = False, False
+
+        def end_lazily(self) -> None:
+            self.autocommit_wanted, self.began = True, False
+
+        def _execute_command(self, command, sql):  # noqa: ANN001, ANN202 - pymysql's signature
+            if command != COMMAND.COM_QUERY:
+                return super()._execute_command(command, sql)
+            ahead, timed = [], []
+            if self.unchecked:
+                if self.autocommit_wanted and not _may_follow_check(sql):
+                    self.check()  # a round trip of its own: this statement is sent only if it passes
+                else:
+                    self.unchecked = False
+                    ahead.append(ping)
+                    timed.append(True)
+            status = self.server_status
+            if self.autocommit_wanted:
+                if not status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT:
+                    if status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
+                        # Left open (never by this module's own transactions): switching
+                        # autocommit on would commit it.
+                        ahead.append(rollback)
+                        timed.append(False)
+                    ahead.append(autocommit_on)
+                    timed.append(False)
+            else:
+                self.began = True
+                if status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT:
+                    ahead.append(autocommit_off)
+                    timed.append(False)
+            if not ahead:
+                return super()._execute_command(command, sql)
+            self._ahead = b"".join(ahead)
+            try:
+                super()._execute_command(command, sql)
+            except pymysql.err.OperationalError as exc:
+                if timed[0] and cluster.connection_failed(exc):
+                    raise CheckFailed(exc, unsent=False) from exc
+                raise
+            finally:
+                self._ahead = b""
+            expected = self._next_seq_id  # of the statement's answer (more than 1 after a 16 MB statement)
+            self._read_answers_ahead(timed, unsent=False)
+            self._next_seq_id = expected
+            return None
+
+        def _write_bytes(self, data):  # noqa: ANN001, ANN202 - pymysql's signature
+            if self._ahead:
+                data, self._ahead = self._ahead + data, b""
+            super()._write_bytes(data)
+
+        def _read_answers_ahead(self, timed, unsent: bool) -> None:  # noqa: ANN001
+            """Read the OK of each command sent ahead (``timed``: whether to wait at most
+            the connect timeout for it, the check); ``unsent``: no statement follows."""
+            read_timeout = self._read_timeout
+            try:
+                for bounded in timed:
+                    self._read_timeout = (read_timeout or self.connect_timeout) if bounded else read_timeout
+                    self._next_seq_id = 1
+                    try:
+                        self._read_ok_packet()
+                    except pymysql.err.OperationalError as exc:
+                        if bounded and cluster.connection_failed(exc):
+                            raise CheckFailed(exc, unsent=unsent) from exc
+                        raise
+            except BaseException:
+                self._force_close()  # the statement's answer would be read as this one's
+                raise
+            finally:
+                self._read_timeout = read_timeout
+
+    Connection.CheckFailed = CheckFailed
+    return Connection
 
 
 class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
@@ -289,7 +485,7 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
         )
         conn._read_timeout = read_timeout  # noqa: SLF001 - pymysql has no setter; applied at the next read
         try:
-            self.galera = cluster.prepare_mysql_connection(
+            self.galera = conn.galera = cluster.prepare_mysql_connection(
                 conn, self.host_list.where(index), self.wsrep_sync_wait
             )
         except BaseException:
@@ -325,15 +521,12 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
     """Pooled MySQL/MariaDB through pymysql on one of several hosts, reconnecting dropped connections."""
 
     def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a pymysql connection
-        # The check-out ping waits at most the connect timeout: a server that stopped
-        # answering (frozen, or behind a network that drops packets) would otherwise
-        # hold it, and the pool's lock with it, forever.
-        read_timeout = conn._read_timeout  # noqa: SLF001 - pymysql has no getter or setter
-        conn._read_timeout = read_timeout or self.connect_params.get("connect_timeout")  # noqa: SLF001
-        try:
-            return super()._is_closed(conn)
-        finally:
-            conn._read_timeout = read_timeout  # noqa: SLF001
+        # No round trip here: the connection's first statement takes the check along
+        # (see _mysql_connection_class). A connection whose socket is closed is dropped.
+        if conn._sock is None:  # noqa: SLF001 - pymysql has no public "closed"
+            return True
+        conn.unchecked = True
+        return False
 
     def _can_reuse(self, conn) -> bool:  # noqa: ANN001 - a pymysql connection
         # peewee rolls back at check-in unless the driver says no transaction is open;
@@ -343,9 +536,59 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         # transaction is rolled back still.
         from pymysql.constants import SERVER_STATUS
 
+        reusable = True
         if conn.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS:
-            return super()._can_reuse(conn)
-        return True
+            reusable = super()._can_reuse(conn)
+        conn.end_lazily()
+        return reusable
+
+    def begin(self, isolation_level: str | None = None) -> None:
+        """Begin a transaction; on a connection to a server without Galera, with its
+        first statement (no round trip of its own, see :func:`_mysql_connection_class`).
+
+        If that statement finds the connection gone (its check failed, or it was
+        dropped), the transaction is begun again on a new connection
+        (:meth:`_SafeReconnectMixin.execute_sql`), as a ``BEGIN`` that failed is.
+        """
+        conn = self.connection()
+        if isolation_level or conn.galera:
+            super().begin(isolation_level)
+        else:
+            conn.begin_lazily()
+
+    def _begins_transaction(self) -> bool:
+        conn = self._state.conn
+        return conn is not None and not conn.autocommit_wanted and not conn.began
+
+    def _begin_on_new_connection(self) -> None:
+        conn = self._state.conn  # a new connection: no check needed
+        if conn.galera:
+            super().begin()
+        else:
+            conn.begin_lazily()
+
+    def commit(self) -> None:
+        conn = self._state.conn
+        if conn is None or conn.autocommit_wanted:  # begun with BEGIN, or by the driver
+            super().commit()
+            return
+        if conn.began:  # else nothing of it reached the server: nothing to commit
+            super().commit()
+        conn.end_lazily()  # not after a failed COMMIT: the ROLLBACK that follows is sent as it is
+
+    def rollback(self) -> None:
+        conn = self._state.conn
+        if conn is None or conn._sock is None:  # noqa: SLF001 - pymysql has no public "closed"
+            # The connection is gone, and the transaction with it. (Sending ROLLBACK
+            # raised an InterfaceError (0, '') in place of the error that ended it.)
+            if conn is not None:
+                conn.end_lazily()
+            return
+        try:
+            if conn.autocommit_wanted or conn.began:  # else nothing of it reached the server
+                super().rollback()
+        finally:
+            conn.end_lazily()
 
 
 class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):

@@ -155,6 +155,52 @@ def test_dropped_connection_reconnects_for_reads_not_for_writes(server, request)
         db.obj.close_all()
 
 
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(server, request):
+    """A transaction's writes are seen together once it commits, and none of them when it
+    failed or its connection dropped after its first statement; reads outside a
+    transaction see what other connections committed meanwhile (no snapshot of an
+    earlier transaction is left open on the pooled connection)."""
+    url = request.getfixturevalue(f"{server}_url")
+    own, kill = _KILL[server]
+    init_database(url)
+    other = open_database(url)
+
+    def names() -> list[str]:
+        return sorted(t.name for t in Tenant.select())
+
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+            with write_transaction():
+                Tenant.create(name="a1")
+                Tenant.create(name="a2")
+            assert names() == ["a1", "a2"]
+            with other.connection_context():
+                other.execute_sql("UPDATE tenant SET name = 'a3' WHERE name = 'a2'")
+            assert names() == ["a1", "a3"]
+
+            with pytest.raises(ZeroDivisionError), write_transaction():
+                Tenant.create(name="b1")
+                raise ZeroDivisionError
+            with pytest.raises(OperationalError), write_transaction():
+                Tenant.create(name="c1")
+                with other.connection_context():
+                    other.execute_sql(kill.format(int(db.execute_sql(own).fetchone()[0])))
+                Tenant.create(name="c2")
+            assert names() == ["a1", "a3"]
+        with db.connection_context(), write_transaction():
+            Tenant.create(name="d1")
+        with other.connection_context():
+            other.execute_sql("DELETE FROM tenant WHERE name = 'a1'")
+        with db.connection_context():
+            assert names() == ["a3", "d1"]
+            Tenant.delete().execute()
+    finally:
+        other.close_all()
+        db.obj.close_all()
+
+
 class _Proxy:
     """A TCP relay on 127.0.0.1 to a real server; :meth:`cut` drops every connection and
     refuses new ones, as a database that goes away would."""

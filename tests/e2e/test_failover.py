@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import uuid
 
+import pymysql
 import pytest
+from peewee import Database
 
 from api import create_app
 from api.db import db, init_database, open_database
@@ -128,4 +131,71 @@ def test_a_frozen_host_is_passed_over_not_waited_for(tmp_path):
     finally:
         os.kill(frozen.proc.pid, signal.SIGCONT)
         database.close_all()
+        frozen.remove()
+
+
+def test_a_write_first_on_a_frozen_host_runs_once_on_the_next_host(tmp_path):
+    """The first statement on a pooled connection to a frozen host is a write, or begins
+    a transaction: the connection's check fails before anything is sent, so the write is
+    made once, on the next host, and the frozen host, once it runs again, has nothing
+    left to apply (a statement sent along with the check would wait there and be applied
+    after its caller was told it failed or saw it done elsewhere)."""
+    frozen = PrivateMariaDB(tmp_path / "frozen").install()
+    frozen.start()
+    name = f"agentcanvas_frozen_{uuid.uuid4().hex[:12]}"
+    shared = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+    for conn in (frozen.connect(None), shared):
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {name}")
+            cur.execute(f"CREATE TABLE {name}.written (what VARCHAR(20))")
+    frozen_conn = frozen.connect(name)
+    url = f"mysql://root@127.0.0.1:{frozen.port},127.0.0.1:3306/{name}?connect_timeout=1"
+    pools = {how: open_database(url) for how in ("alone", "in a transaction")}
+    failures: list[BaseException] = []
+
+    def write(database: Database, how: str) -> None:
+        try:
+            with database.connection_context():
+                insert = lambda: database.execute_sql("INSERT INTO written VALUES (%s)", (how,))  # noqa: E731
+                if how == "alone":
+                    insert()
+                else:
+                    with database.atomic():
+                        insert()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failures.append(exc)
+
+    try:
+        for database in pools.values():  # each pool keeps a connection to the first host
+            with database.connection_context():
+                assert database.execute_sql("SELECT @@port").fetchone()[0] == frozen.port
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        for how, database in pools.items():
+            writing = threading.Thread(target=write, args=(database, how), daemon=True)
+            writing.start()
+            writing.join(60)  # a safety net
+            assert not writing.is_alive() and failures == []
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        with shared.cursor() as cur:
+            cur.execute(f"SELECT what FROM {name}.written ORDER BY what")
+            assert [row[0] for row in cur.fetchall()] == ["alone", "in a transaction"]
+
+        def left_over() -> list[str]:
+            # The pools' connections to it are closed: once it has noticed, it is done
+            # with whatever they had sent.
+            with frozen_conn.cursor() as cur:
+                cur.execute("SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s", (name,))
+                if cur.fetchone()[0] > 1:  # this connection
+                    return []
+                cur.execute("SELECT what FROM written")
+                return [row[0] for row in cur.fetchall()] or ["nothing"]
+
+        assert until(left_over, "the frozen host to see its connections closed") == ["nothing"]
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+        for database in pools.values():
+            database.close_all()
+        with shared.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {name}")
+        shared.close()
         frozen.remove()
