@@ -114,29 +114,41 @@ def _copy_current(m):  # noqa: ANN001, ANN202 - a Prepared builder
 
 # Every turn runs these: compiled once per database (api.db.prepared).
 _KEEP_CURRENT = Prepared(_copy_current)
-_DROP_OLD_SNAPSHOTS = Prepared(
-    lambda m: SessionSnapshot.delete().where(
+_PAST_KEPT = Prepared(
+    lambda m: SessionSnapshot.select(SessionSnapshot.id).where(
         (SessionSnapshot.session_id == m("session_id")) & (SessionSnapshot.round <= m("oldest_dropped"))
     )
 )
 
 
-def keep_current(session_id: str, version: int, round_no: int, keep: int) -> int:
-    """Keep the session's snapshot as it is (the state after ``round_no`` turns, at
-    ``version``) before the turn's ``UPDATE`` replaces it, and drop the kept rows past
-    ``keep``; the number of rows kept (0: the session is no longer at ``version``).
+def keep_current(session_id: str, version: int, keep: int) -> int:
+    """Keep the session's snapshot as it is (at ``version``) before the turn's ``UPDATE``
+    replaces it; the number of rows kept (0: the session is no longer at ``version``, or
+    ``keep`` is 0).
 
     The database copies the snapshot itself (``INSERT … SELECT``): nothing is sent or
-    compressed. The rows past ``keep`` are dropped every ``keep`` turns (one ``DELETE``
-    per ``keep`` turns, not per turn), so a session holds between ``keep`` and
-    ``2 × keep`` of them.
+    compressed.
     """
     if keep <= 0:
         return 0
-    kept = _KEEP_CURRENT.execute(session_id=session_id, version=version, now=now_ms())
-    if round_no >= keep and round_no % keep == 0:
-        _DROP_OLD_SNAPSHOTS.execute(session_id=session_id, oldest_dropped=round_no - keep)
-    return kept
+    return _KEEP_CURRENT.execute(session_id=session_id, version=version, now=now_ms())
+
+
+def drop_past(session_id: str, round_no: int, keep: int) -> None:
+    """Drop the kept states past ``keep`` (``round_no``: the state the turn ran from).
+
+    Every ``keep`` turns, not every turn, so a session holds between ``keep`` and
+    ``2 × keep`` of them. The rows are read first (a plain read, no lock) and deleted by
+    primary key: a ``DELETE`` by session and round may be planned on MySQL as a scan of
+    the whole table (its statistics lag on a young table) and then locks every session's
+    kept rows, a deadlock with the turns of other sessions (seen with 16 sessions on
+    MariaDB: turns answered "not saved").
+    """
+    if keep <= 0 or round_no < keep or round_no % keep:
+        return
+    ids = [row[0] for row in _PAST_KEPT.rows(session_id=session_id, oldest_dropped=round_no - keep)]
+    if ids:
+        SessionSnapshot.delete().where(SessionSnapshot.id.in_(ids)).execute()
 
 
 def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:
