@@ -17,6 +17,7 @@ import contextlib
 import errno
 import functools
 import os
+import select
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -629,6 +630,24 @@ class ReconnectingPooledPostgresqlDatabase(
 
     # The models' LONGTEXT and LONGBLOB (for MySQL) are TEXT and BYTEA here: both unbounded.
     field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT", "LONGBLOB": "BYTEA"}
+
+    def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a psycopg connection
+        # peewee checks an idle pooled connection with SELECT 1, a round trip per
+        # request. A connection the server ended (restart, crash, pg_terminate_backend)
+        # has that end waiting in its socket: it is readable while nothing was asked.
+        # So the socket is looked at without waiting, and only a readable one is asked.
+        # (A frozen server is not found either way: libpq has no read timeout.)
+        from psycopg.pq import TransactionStatus
+
+        if conn.closed or conn.pgconn.transaction_status != TransactionStatus.IDLE:
+            return super()._is_closed(conn)
+        try:
+            poll = select.poll()
+            poll.register(conn.pgconn.socket, select.POLLIN)
+            said_something = bool(poll.poll(0))
+        except Exception:  # noqa: BLE001 - no socket to look at (psycopg's OperationalError, OSError)
+            return True
+        return super()._is_closed(conn) if said_something else False
 
 
 class WalSqliteDatabase(PooledSqliteDatabase):

@@ -201,6 +201,40 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
         db.obj.close_all()
 
 
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request):
+    """The server ends a connection while it waits in the pool (a restart, an idle
+    timeout, a kill): the next request's first statement, a write or a transaction too,
+    runs once on a new connection instead of failing."""
+    url = request.getfixturevalue(f"{server}_url")
+    own, kill = _KILL[server]
+    init_database(url)
+    killer = open_database(url)
+
+    def end_the_pooled_connection() -> None:
+        with db.connection_context():
+            own_id = db.execute_sql(own).fetchone()[0]
+        with killer.connection_context():
+            killer.execute_sql(kill.format(int(own_id)))
+
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+        end_the_pooled_connection()
+        with db.connection_context():
+            Tenant.create(name="alone")
+        end_the_pooled_connection()
+        with db.connection_context(), write_transaction():
+            Tenant.create(name="in a transaction")
+        end_the_pooled_connection()
+        with db.connection_context():
+            assert sorted(t.name for t in Tenant.select()) == ["alone", "in a transaction"]
+            Tenant.delete().execute()
+    finally:
+        killer.close_all()
+        db.obj.close_all()
+
+
 class _Proxy:
     """A TCP relay on 127.0.0.1 to a real server; :meth:`cut` drops every connection and
     refuses new ones, as a database that goes away would."""
