@@ -497,7 +497,12 @@ class Canvas:
         if not self._plain or written is None or written[0] is not text:
             return None
         for entry in self.history[-2:]:  # the pair a run adds (built from text)
-            if type(entry) is not list or len(entry) != 2 or not all(type(x) is str for x in entry):
+            if (
+                type(entry) is not list
+                or len(entry) != 2
+                or type(entry[0]) is not str
+                or type(entry[1]) is not str
+            ):
                 return None
         if not vars(self).keys() <= _canvas_attrs():
             return None

@@ -510,9 +510,13 @@ class TurnService:
             "retriever": Retriever(req.tenant_id, self.services.get("llm_settings")),
             "mcp_servers": TenantServers(req.tenant_id),
         }
+        canvas = None
         if kept is not None and base is None:
-            canvas = kept.load(limits=self.limits, services=services)
-        else:
+            try:
+                canvas = kept.load(limits=self.limits, services=services)
+            except Exception:  # noqa: BLE001 - the snapshot it was kept as is at hand: loaded below
+                log.exception("could not load the kept canvas of session %s", session_id)
+        if canvas is None:
             canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
@@ -930,9 +934,12 @@ class TurnService:
         if snapshot is not None and self.canvases.enabled:
             # Committed: the canvas is version + 1 of the session, for its next turn here
             # (handed over: the last thing this turn does with it).
-            kept_canvas = canvas.keep(snapshot)
-            if kept_canvas is not None:
-                self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
+            try:
+                kept_canvas = canvas.keep(snapshot)
+                if kept_canvas is not None:
+                    self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
+            except Exception:  # noqa: BLE001 - the turn is saved; only its next one reads the row
+                log.exception("could not keep the canvas of session %s", claim.session_id)
         return result
 
     # ------------------------------------------------------------------ other writes

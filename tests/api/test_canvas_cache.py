@@ -363,3 +363,24 @@ def test_an_embed_visitors_turns_are_cached_and_stay_theirs(app_factory, llm):
     assert cache_of(api).version_of(session_id) is not None
     frames, _ = bot.chat(agent_id, "c", session_id=session_id)
     assert frames[-2]["data"]["content"] == "3: c" and cache_of(api).hits == 2
+
+
+def test_a_fault_in_the_cache_never_fails_a_turn(app_factory, llm, monkeypatch):
+    from agent.canvas import KeptCanvas
+
+    api = make_api(app_factory, llm)
+    agent_id, session_id = counter_agent(api)
+    assert said(api.ask(agent_id, session_id, "a")) == "1: a"
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(KeptCanvas, "load", broken)  # the turn loads the snapshot instead
+    assert said(api.ask(agent_id, session_id, "b")) == "2: b"
+    monkeypatch.setattr(Canvas, "keep", broken)  # the turn is saved all the same, and not kept
+    assert said(api.ask(agent_id, session_id, "c")) == "3: c"
+    assert cache_of(api).version_of(session_id) is None
+    monkeypatch.undo()
+    assert said(api.ask(agent_id, session_id, "d")) == "4: d"
+    assert said(api.ask(agent_id, session_id, "e")) == "5: e"
+    assert stored(api, session_id)[1]["globals"]["env.n"] == 5
