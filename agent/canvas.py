@@ -29,7 +29,6 @@ import functools
 import logging
 import re
 import time
-import traceback
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
@@ -971,8 +970,10 @@ class Canvas:
                     if spans:
                         with telemetry.node_span(cid, cpn.component_name):
                             yield from self._invoke(cpn, started)
-                    else:
-                        yield from self._invoke(cpn, started)
+                    else:  # _invoke without a generator for a component that streams nothing
+                        chunks = cpn.invoke()
+                        if chunks is not None:
+                            yield from self._streamed(cpn, chunks, started)
                 except FormPause:
                     self.path = self.path[i:]
                     yield self._pause(cpn)
@@ -1031,8 +1032,12 @@ class Canvas:
         ``cpn.invoke()`` (the one retry loop); a stream that fails after its first
         chunk goes to the component's ``exception_method``."""
         chunks = cpn.invoke()
-        if chunks is None:
-            return
+        if chunks is not None:
+            yield from self._streamed(cpn, chunks, started)
+
+    def _streamed(self, cpn: ComponentBase, chunks: Iterator[str], started: float) -> Iterator[dict]:
+        """A component's stream as ``message`` events; a failure after its first chunk goes
+        to the component's ``exception_method``."""
         try:
             yield from self._stream(cpn, chunks, started, [])
         except (Cancelled, LimitError, FormPause):
@@ -1255,10 +1260,11 @@ _EMPTY = {"path": [], "history": [], "retrieval": []}
 
 
 def _release_frames(error: BaseException) -> None:
-    """Let the frames a failure was raised through go of their locals (the canvas, its
-    components): a library's error may sit in a reference cycle (jinja2 keeps the
-    error in its rewritten traceback), and its frames would keep the canvas alive until
-    the cyclic collector runs. The tracebacks still say where each error was raised."""
+    """Let a failure go of the frames it was raised through (they hold the canvas and its
+    components): the run ends with the error's message (the log line, if any, is
+    written before), and a library's error may sit in a reference cycle (jinja2 keeps
+    the error in its rewritten traceback) that would keep those frames, and the canvas,
+    alive until the cyclic collector runs."""
     seen: set[int] = set()
     todo: list[BaseException | None] = [error]
     while todo:
@@ -1266,7 +1272,7 @@ def _release_frames(error: BaseException) -> None:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        traceback.clear_frames(e.__traceback__)  # skips frames still running (this run's own)
+        e.__traceback__ = None
         todo += (e.__cause__, e.__context__)
 
 

@@ -145,7 +145,9 @@ class Switch(ComponentBase):
 
     def _holds(self, item: dict) -> bool:
         ref = parse_ref(item["cpn_id"])
-        left = read_ref(self, ref)
+        left = self._canvas.get_value(ref)  # read_ref, without two calls
+        if isinstance(left, LazyText):
+            left = left.text
         self.inputs_seen[ref.text] = left
         right = item.get("value")
         if right is None:
