@@ -841,7 +841,7 @@ class TurnService:
         snapshot = None
         if result.status in ("succeeded", "paused"):
             try:
-                snapshot = str(canvas)
+                snapshot = canvas.dump(keepable=self.canvases.enabled)
             except SnapshotTooLarge as exc:
                 result = TurnResult(
                     status="failed",

@@ -324,7 +324,7 @@ def test_the_cache_is_bounded_and_keeps_the_latest_version():
         canvas.globals["env.pad"] = "x" * pad
         text = str(canvas)
         loaded = Canvas(text)
-        return loaded.keep(str(loaded))
+        return loaded.keep(loaded.dump(keepable=True))
 
     small = len(kept(0).text)
     cache = CanvasCache(max_entries=2, max_bytes=3 * small - 1)
