@@ -30,7 +30,7 @@ from playhouse.migrate import SchemaMigrator
 from playhouse.migrate import migrate as run_schema_changes
 
 from api.db import fulltext
-from api.db.database import db
+from api.db.database import db, is_postgres, is_sqlite
 from api.db.models import (
     Agent,
     AgentVersion,
@@ -178,6 +178,30 @@ def _add_session_files(database: Database) -> None:
     _add_columns(database, UploadFile._meta.table_name, {"sweepable": BooleanField(default=False)})
 
 
+def _keep_states_in_slots(database: Database) -> None:
+    # kept_state replaces session_state: a session's K kept states in slots round % K,
+    # each turn writing over the oldest. The states kept so far move over, at most one a
+    # slot (K is the server's setting, unknown here: the default, 10; the newest state of
+    # a slot wins, and with another K the next turns write over them as they come).
+    SessionSnapshot.create_table(safe=True)
+    if "session_state" not in database.get_tables():
+        return
+    # Another process setting up the same database may have moved them already.
+    insert, tail, mod = "INSERT IGNORE INTO", "", "%%"  # the drivers' format paramstyle: %% is %
+    if is_sqlite(database):
+        insert, mod = "INSERT OR IGNORE INTO", "%"
+    elif is_postgres(database):
+        insert, tail = "INSERT INTO", " ON CONFLICT DO NOTHING"
+    database.execute_sql(
+        f"{insert} kept_state (session_id, slot, round, packed, create_time)"
+        f" SELECT s.session_id, s.round {mod} 10, s.round, s.packed, s.create_time FROM session_state s"
+        " WHERE NOT EXISTS (SELECT 1 FROM session_state t WHERE t.session_id = s.session_id"
+        f" AND t.round {mod} 10 = s.round {mod} 10 AND (t.round > s.round OR (t.round = s.round AND t.id > s.id)))"
+        f"{tail}"
+    )
+    database.execute_sql("DROP TABLE IF EXISTS session_state")
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -202,6 +226,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         15,
         "session_file, upload_file.sweepable: a session's files removed with it by the sweep",
         _add_session_files,
+    ),
+    (
+        16,
+        "kept_state replaces session_state: a session's kept states in slots, written over",
+        _keep_states_in_slots,
     ),
 ]
 

@@ -267,19 +267,23 @@ class SessionSnapshot(BaseModel):
     (``packed``: the snapshot's text as the database copied it from the session row, or,
     kept by earlier versions, zlib-compressed; :func:`api.services.history.unpack`).
 
-    The turn service keeps the last ``session.keep_snapshots`` of them on the session's
-    active branch, for regenerate and undo (see :mod:`api.services.history`).
+    The turn service keeps the last ``session.keep_snapshots`` (K) of them on the session's
+    active branch, for regenerate and undo (see :mod:`api.services.history`): the state
+    after round ``r`` goes to ``slot`` ``r % K``, over the one K rounds older, so a
+    session has at most K rows and a turn rewrites one in place (no row added, no index
+    entry changed, nothing to delete later).
     """
 
     id = BigAutoField()
     session_id = CharField(max_length=32)
+    slot = IntegerField()
     round = IntegerField()
     packed = LongBlobField()
     create_time = BigIntegerField(default=now_ms)
 
     class Meta:
-        table_name = "session_state"
-        indexes = ((("session_id", "round"), False),)
+        table_name = "kept_state"
+        indexes = ((("session_id", "slot"), True),)
 
 
 class SessionTrash(BaseModel):

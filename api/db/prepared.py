@@ -67,11 +67,6 @@ class Prepared:
         rows = db.execute_sql(sql, self._params(slots, values)).fetchall()
         return rows[0] if rows else None
 
-    def rows(self, **values: Any) -> list[tuple]:
-        """Run a SELECT and return its rows as tuples of the selected columns."""
-        _, sql, slots = self._sql()
-        return db.execute_sql(sql, self._params(slots, values)).fetchall()
-
     def first(self, model: type[Model], **values: Any) -> Model | None:
         """Run a SELECT and return its first row as a ``model`` instance, or ``None``."""
         _, sql, slots = self._sql()

@@ -1,10 +1,11 @@
 """A session's earlier states, for regenerate and undo (docs/design.md §15).
 
-Each committed turn keeps the snapshot the session had **before** it: row
-``(session_id, round=r)`` of :class:`~api.db.SessionSnapshot` is the state after ``r``
-turns, the one turn ``r + 1`` ran from. Only the last ``keep`` such rows of the active
-branch are kept (``session.keep_snapshots``, default 10; 0 keeps none, and then there
-is nothing to regenerate or undo).
+Each committed turn keeps the snapshot the session had **before** it: the row of
+:class:`~api.db.SessionSnapshot` with ``round=r`` is the state after ``r`` turns, the
+one turn ``r + 1`` ran from. Only the last ``keep`` such rows of the active branch are
+kept (``session.keep_snapshots``, default 10; 0 keeps none, and then there is nothing
+to regenerate or undo): the state after round ``r`` is written to slot ``r % keep`` of
+the session, in place of the one ``keep`` rounds older.
 
 * **Undo** restores the state after ``round - 1`` turns.
 * **Regenerate** runs the last turn again (its query, form answers and files, read
@@ -32,7 +33,7 @@ import zlib
 from peewee import fn
 
 from api.db import MemoryEntry, MessageLog, Session, SessionSnapshot, db, now_ms
-from api.db.database import is_postgres
+from api.db.database import is_postgres, is_sqlite
 from api.db.prepared import Prepared
 from api.errors import Conflict
 
@@ -94,61 +95,49 @@ def last_request(session_id: str, round_no: int) -> dict:
 
 
 def _copy_current(m):  # noqa: ANN001, ANN202 - a Prepared builder
-    """``INSERT … SELECT``: the session's snapshot as it is now, copied by the database."""
+    """``INSERT … SELECT`` into the session's slot, or over the state kept there: the
+    session's snapshot as it is now, copied by the database."""
     snapshot = Session.snapshot
     if is_postgres(db):
         snapshot = fn.convert_to(Session.snapshot, "UTF8")  # text into bytea
-    query = Session.select(Session.id, Session.round, snapshot, m("now")).where(
+    query = Session.select(Session.id, m("slot"), Session.round, snapshot, m("now")).where(
         (Session.id == m("session_id")) & (Session.version == m("version"))
     )
     return SessionSnapshot.insert_from(
         query,
         [
             SessionSnapshot.session_id,
+            SessionSnapshot.slot,
             SessionSnapshot.round,
             SessionSnapshot.packed,
             SessionSnapshot.create_time,
         ],
+    ).on_conflict(
+        # MySQL names no target: its ON DUPLICATE KEY UPDATE takes any unique key (the one there is).
+        conflict_target=[SessionSnapshot.session_id, SessionSnapshot.slot]
+        if is_sqlite(db) or is_postgres(db)
+        else None,
+        preserve=[SessionSnapshot.round, SessionSnapshot.packed, SessionSnapshot.create_time],
     )
 
 
-# Every turn runs these: compiled once per database (api.db.prepared).
+# Every turn runs it: compiled once per database (api.db.prepared).
 _KEEP_CURRENT = Prepared(_copy_current)
-_PAST_KEPT = Prepared(
-    lambda m: SessionSnapshot.select(SessionSnapshot.id).where(
-        (SessionSnapshot.session_id == m("session_id")) & (SessionSnapshot.round <= m("oldest_dropped"))
-    )
-)
 
 
-def keep_current(session_id: str, version: int, keep: int) -> int:
-    """Keep the session's snapshot as it is (at ``version``) before the turn's ``UPDATE``
-    replaces it; the number of rows kept (0: the session is no longer at ``version``, or
-    ``keep`` is 0).
+def keep_current(session_id: str, version: int, round_no: int, keep: int) -> None:
+    """Keep the session's snapshot as it is (at ``version``: the state after ``round_no``
+    turns) before the turn's ``UPDATE`` replaces it, in slot ``round_no % keep``.
 
     The database copies the snapshot itself (``INSERT … SELECT``): nothing is sent or
-    compressed.
+    compressed. The slot's row, the state ``keep`` rounds older, is written over in place
+    (SQLite: its leaf and overflow page, where adding a row and deleting the old ones
+    every ``keep`` turns wrote four pages a turn, its index and the table's interior page
+    too; MySQL: no index entry, and no range ``DELETE`` that could lock other sessions'
+    rows).
     """
-    if keep <= 0:
-        return 0
-    return _KEEP_CURRENT.execute(session_id=session_id, version=version, now=now_ms())
-
-
-def drop_past(session_id: str, round_no: int, keep: int) -> None:
-    """Drop the kept states past ``keep`` (``round_no``: the state the turn ran from).
-
-    Every ``keep`` turns, not every turn, so a session holds between ``keep`` and
-    ``2 × keep`` of them. The rows are read first (a plain read, no lock) and deleted by
-    primary key: a ``DELETE`` by session and round may be planned on MySQL as a scan of
-    the whole table (its statistics lag on a young table) and then locks every session's
-    kept rows, a deadlock with the turns of other sessions (seen with 16 sessions on
-    MariaDB: turns answered "not saved").
-    """
-    if keep <= 0 or round_no < keep or round_no % keep:
-        return
-    ids = [row[0] for row in _PAST_KEPT.rows(session_id=session_id, oldest_dropped=round_no - keep)]
-    if ids:
-        SessionSnapshot.delete().where(SessionSnapshot.id.in_(ids)).execute()
+    if keep > 0:
+        _KEEP_CURRENT.execute(session_id=session_id, version=version, slot=round_no % keep, now=now_ms())
 
 
 def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:

@@ -895,7 +895,7 @@ class TurnService:
             if snapshot is not None and not claim.rewound:
                 # The state the turn ran from, copied before the UPDATE replaces it (where
                 # the version is still the one read; else the UPDATE finds out below).
-                history.keep_current(claim.session_id, claim.version, self.keep_snapshots)
+                history.keep_current(claim.session_id, claim.version, claim.round, self.keep_snapshots)
             if _claim_or_save(same_task, save, values) != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
@@ -907,8 +907,6 @@ class TurnService:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
-                else:
-                    history.drop_past(claim.session_id, claim.round, self.keep_snapshots)
             if rows:
                 _APPEND_EXCHANGE.execute(**exchange_values)
             if used_files:

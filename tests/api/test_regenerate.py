@@ -6,8 +6,10 @@ import threading
 import zlib
 
 import pytest
+from peewee import BigAutoField, BigIntegerField, CharField, IntegerField
 
-from api.db import SessionSnapshot
+from api.db import SchemaVersion, SessionSnapshot, db, init_database
+from api.db.models import BaseModel, LongBlobField
 from api.services.history import unpack
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse, sample
 from tests.api.test_memory_api import keyed_dsl, remembered, sent_history
@@ -113,14 +115,15 @@ def test_only_the_last_k_states_are_kept(app_factory):
     session_id = api.create_session(agent_id)
     for q in "abcdef":
         api.ask(agent_id, session_id, q)
+    with app.app_context():  # one row a slot, each turn writing over the oldest
+        assert sorted(row.round for row in SessionSnapshot.select()) == [4, 5]
     undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
-    # At least K states back (older ones are dropped every K turns: here after turn 5).
-    for _ in range(3):
+    for _ in range(2):
         assert api.post(undo, json={"stream": False}).status_code == 200
     resp = api.post(undo, json={"stream": False})
     assert resp.status_code == 409 and resp.json["code"] == 102
     assert "session.keep_snapshots" in resp.json["message"]
-    assert api.session(agent_id, session_id)["round"] == 3
+    assert api.session(agent_id, session_id)["round"] == 4
 
 
 def test_with_no_kept_states_there_is_nothing_to_take_back(app_factory):
@@ -135,26 +138,50 @@ def test_with_no_kept_states_there_is_nothing_to_take_back(app_factory):
     assert api.session(agent_id, session_id)["version"] == 2
 
 
-def test_states_kept_compressed_by_earlier_versions_are_restored(api: Api):
-    """Earlier versions kept states zlib-compressed; a database upgraded with such rows
-    still regenerates and undoes from them (turns now keep the snapshot as it is)."""
+class _StateOfMigration10(BaseModel):
+    """``session_state`` as migrations 10 to 15 left it: one row per kept state."""
+
+    id = BigAutoField()
+    session_id = CharField(max_length=32)
+    round = IntegerField()
+    packed = LongBlobField()
+    create_time = BigIntegerField()
+
+    class Meta:
+        table_name = "session_state"
+        indexes = ((("session_id", "round"), False),)
+
+
+def test_migration_16_moves_the_kept_states_into_slots(api: Api, database_url):
+    """The states kept by the previous schema (one row each, zlib-compressed by earlier
+    versions, up to 2 x K of them) move into the slots: the newest of each, which undo and
+    regenerate then restore."""
     agent_id = api.create_agent(counter_dsl())
     session_id = api.create_session(agent_id)
-    for q in "abc":
-        api.ask(agent_id, session_id, q)
+    for n in range(1, 13):
+        assert answer(api.ask(agent_id, session_id, f"q{n}")) == f"{n}: q{n}"
     with api.app.app_context():
-        for row in SessionSnapshot.select().where(SessionSnapshot.session_id == session_id):
-            text = unpack(row.packed)
-            assert text.startswith("{")  # kept as it was
+        kept = {row.round: unpack(row.packed) for row in SessionSnapshot.select()}
+        assert sorted(kept) == list(range(2, 12))  # K = 10: rounds 10 and 11 wrote over 0 and 1
+        db.execute_sql(f"DROP TABLE {SessionSnapshot._meta.table_name}")
+        _StateOfMigration10.create_table()
+        for round_no in range(12):  # rounds 0 and 1 too: older, in the slots of 10 and 11
+            text = kept.get(round_no, '{"v": "older"}')
             packed = zlib.compress(text.encode("utf-8"), 1)
-            SessionSnapshot.update(packed=packed).where(SessionSnapshot.id == row.id).execute()
+            _StateOfMigration10.create(session_id=session_id, round=round_no, packed=packed, create_time=0)
+        SchemaVersion.delete().where(SchemaVersion.version == 16).execute()
+    init_database(database_url, max_connections=4)
 
+    with api.app.app_context():
+        moved = {(row.slot, row.round) for row in SessionSnapshot.select()}
+        assert moved == {(r % 10, r) for r in range(2, 12)}
+        assert "session_state" not in db.get_tables()
     resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={"stream": False})
-    assert answer(resp) == "3: c"
+    assert answer(resp) == "12: q12"
     undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
-    assert answer(api.post(undo, json={"stream": False})) == "2: b"
-    assert answer(api.post(undo, json={"stream": False})) == "1: a"
-    assert answer(api.ask(agent_id, session_id, "d")) == "2: d"
+    assert answer(api.post(undo, json={"stream": False})) == "11: q11"
+    assert answer(api.post(undo, json={"stream": False})) == "10: q10"
+    assert answer(api.ask(agent_id, session_id, "again")) == "11: again"
 
 
 def test_the_session_shows_the_task_id_of_its_last_turn_after_an_undo_too(api: Api):
@@ -178,13 +205,13 @@ def test_the_session_shows_the_task_id_of_its_last_turn_after_an_undo_too(api: A
     assert session["task_id"] == task_id and session["round"] == 2 and session["status"] == "idle"
 
 
-def test_sessions_taking_turns_at_once_all_drop_their_old_states_and_save(app_factory):
-    """Every K turns a session drops its kept states past K. On MySQL a DELETE by session
-    and round could be planned as a scan of the whole table (a young table's statistics)
-    and then lock other sessions' kept rows: sessions taking turns at once deadlocked and
-    some turns were answered "not saved" (seen with the turn service called from 8
-    threads, 4-5 of 160 requests; through the test client the turns overlap less and it
-    did not show)."""
+def test_sessions_taking_turns_at_once_all_keep_their_states_and_save(app_factory):
+    """Sessions taking turns at once each write their kept states over their own oldest.
+    (When the oldest were deleted every K turns, on MySQL a DELETE by session and round
+    could be planned as a scan of the whole table, a young table's statistics, and lock
+    other sessions' kept rows: turns deadlocked and some were answered "not saved", seen
+    with the turn service called from 8 threads, 4-5 of 160 requests; through the test
+    client the turns overlap less and it did not show.)"""
     app = app_factory(KEEP_SNAPSHOTS=2)
     api = Api(app, make_token(app))
     agent_id = api.create_agent(counter_dsl())
