@@ -1009,13 +1009,11 @@ class Canvas:
     def _node_finished(self, cpn: ComponentBase, t0: float | None) -> dict:
         now = int(_time())
         data = self._node_data(cpn, now)
-        data.update(
-            inputs=cpn.inputs_seen,
-            outputs=_jsonable(cpn.outputs),
-            error=cpn.error,
-            # A container resumed after a pause started in an earlier request: unknown.
-            elapsed_time=round(_monotonic() - t0, 6) if t0 is not None else None,
-        )
+        data["inputs"] = cpn.inputs_seen
+        data["outputs"] = _jsonable(cpn.outputs)
+        data["error"] = cpn.error
+        # A container resumed after a pause started in an earlier request: unknown.
+        data["elapsed_time"] = round(_monotonic() - t0, 6) if t0 is not None else None
         if cpn.usage:
             data["usage"] = cpn.usage
         return self._event("node_finished", data, now)
@@ -1335,12 +1333,20 @@ def _strings(value: Any) -> Iterator[str]:
             yield from _strings(v)
 
 
+#: Values that are their own JSON-ready form (exact types: a subclass goes the long way).
+_AS_IS = frozenset((str, int, float, bool, type(None)))
+
+
 def _jsonable(value: Any) -> Any:
     """Outputs for a ``node_finished`` event; a stream still being read is left out."""
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items() if not (isinstance(v, LazyText) and not v.done)}
+        return {
+            k: v if type(v) in _AS_IS else _jsonable(v)
+            for k, v in value.items()
+            if not (isinstance(v, LazyText) and not v.done)
+        }
     if isinstance(value, LazyText):
         return value.text
     if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+        return [v if type(v) in _AS_IS else _jsonable(v) for v in value]
     return value
