@@ -134,6 +134,19 @@ def play(api: Api, dsl: dict, script: list[dict], user_id: str = "u1") -> list[t
     return played
 
 
+def first_difference(a, b, where: str = "") -> str:
+    """Where two played turns first differ, and how (the message of a failed comparison)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in {**a, **b}:
+            if a.get(key, "<missing>") != b.get(key, "<missing>"):
+                return first_difference(a.get(key, "<missing>"), b.get(key, "<missing>"), f"{where}/{key}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return first_difference(x, y, f"{where}[{i}]")
+    return f"at {where or '/'}: {a!r:.300} (cache off) != {b!r:.300} (cache on)"
+
+
 def committed(turn: tuple) -> bool:
     """Whether a played turn committed a new snapshot (what the cache keeps)."""
     status, reply = turn[0], turn[1]
@@ -160,7 +173,7 @@ def test_turns_from_the_cache_commit_what_turns_from_the_snapshot_commit(app_fac
     with_cache = play(cached, dsl, script)
 
     for n, (a, b) in enumerate(zip(without, with_cache, strict=True)):
-        assert a == b, f"turn {n + 1} of {name}: {script[n]}"
+        assert a == b, f"turn {n + 1} of {name}: {script[n]}: {first_difference(a, b)}"
     assert cache_of(plain).hits == 0 and len(cache_of(plain)) == 0
     # Every turn that follows a committed turn was served from the cache.
     expected = sum(committed(before) for before in with_cache[:-1])
