@@ -33,6 +33,7 @@ from peewee import (
     MySQLDatabase,
     OperationalError,
     PostgresqlDatabase,
+    __exception_wrapper__,
 )
 from playhouse.pool import PooledMySQLDatabase, PooledPostgresqlDatabase, PooledSqliteDatabase
 from playhouse.shortcuts import ReconnectMixin
@@ -47,6 +48,10 @@ T = TypeVar("T")
 db = DatabaseProxy()
 
 _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
+
+#: A statement longer than this is not deferred (:meth:`ReconnectingPooledMySQLDatabase.defer`):
+#: a deferred one goes as one packet, and pymysql splits those of 16 MB and more.
+_DEFERRED_MAX_CHARS = 4 * 1024 * 1024
 
 
 def _verb(sql: str) -> str:
@@ -107,8 +112,7 @@ class _SafeReconnectMixin:
                     if not first or moves <= 0:
                         raise
                     moves -= 1
-                    self._reopen()
-                    self._begin_on_new_connection()
+                    self._reopen_transaction()
                     continue
                 if cluster.write_conflict(exc) and conflicts < cluster.CONFLICT_RETRIES:
                     conflicts += 1  # rolled back whole: run it again after a short pause
@@ -147,8 +151,8 @@ class _SafeReconnectMixin:
         """Whether the next statement begins the open transaction (it was begun with it)."""
         return False
 
-    def _begin_on_new_connection(self) -> None:
-        """Begin the open transaction again on the connection :meth:`_reopen` made."""
+    def _reopen_transaction(self) -> None:
+        """Begin the open transaction, of which nothing was answered, again on a new connection."""
         raise NotImplementedError
 
     def _connection_lost(self, exc: Exception) -> bool:
@@ -172,7 +176,7 @@ class _SafeReconnectMixin:
         # connection_context() pops on exit: keep it, also when connect() fails (the
         # server is still down), so that the caller sees that error and not an
         # IndexError from an emptied stack. The same for the transactions, when the one
-        # open is begun again on the new connection (_begin_on_new_connection).
+        # open is begun again on the new connection (_reopen_transaction).
         ctx, transactions = list(self._state.ctx), list(self._state.transactions)
         self._state.transactions = []
         try:
@@ -260,6 +264,28 @@ def escape_mysql_text(text: str) -> str:
     return text
 
 
+class Sent:
+    """A write of the open transaction sent with the next statement (:meth:`Prepared.send
+    <api.db.prepared.Prepared.send>`): its ``rowcount`` is known once the database has
+    answered; reading it before then asks for the answer (one round trip)."""
+
+    __slots__ = ("_database", "_rowcount")
+
+    def __init__(self, database: Database | None, rowcount: int | None = None):
+        self._database = database
+        self._rowcount = rowcount
+
+    @property
+    def rowcount(self) -> int:
+        if self._rowcount is None and self._database is not None:
+            self._database.flush_deferred()
+        return -1 if self._rowcount is None else self._rowcount
+
+    @rowcount.setter
+    def rowcount(self, value: int) -> None:
+        self._rowcount = value
+
+
 @functools.cache
 def _mysql_connection_class() -> type:
     """pymysql's connection class as the pool uses it: a shared TLS context, a faster
@@ -275,7 +301,7 @@ def _mysql_connection_class() -> type:
     **Commands sent ahead.** A server answers the commands of one connection in the order
     they came, so a command whose answer is only an OK can go out in the same write as
     the statement after it, and the two answers are read one after the other: one round
-    trip instead of two. Two such commands:
+    trip instead of two. Three kinds:
 
     * the **check** of a connection taken from the pool (:attr:`unchecked`): a ``PING``
       whose answer is awaited at most the connect timeout, so that a server that
@@ -298,8 +324,13 @@ def _mysql_connection_class() -> type:
       leave the statement behind it to run and commit alone, while ``SET autocommit``
       sets a session variable and has nothing to fail on.
 
+    * **deferred writes** of the open transaction (:meth:`defer`, ``Prepared.send``):
+      their answers are read before the statement's, at the latest before ``COMMIT``
+      (a ``COMMIT`` sent behind a write that failed would commit the rest).
+
     A command sent ahead that fails closes the connection (the statement's answer is
-    still on its way, out of step) and its error is raised.
+    still on its way, out of step; the server rolls back the open transaction) and its
+    error is raised.
     """
     import pymysql
     from pymysql.constants import COMMAND, CR, SERVER_STATUS
@@ -342,6 +373,8 @@ def _mysql_connection_class() -> type:
         began = False
         #: whether the server is a Galera node (set when connected)
         galera = False
+        #: statements of the open transaction to send with the next one: (packet, Sent)
+        deferred: tuple = ()
         _ahead = b""
         #: the error of a failed check (set below)
         CheckFailed: type
@@ -378,19 +411,34 @@ def _mysql_connection_class() -> type:
             self.autocommit_wanted, self.began = False, False
 
         def end_lazily(self) -> None:
-            self.autocommit_wanted, self.began = True, False
+            self.autocommit_wanted, self.began, self.deferred = True, False, ()
+
+        def defer(self, sql: str, sent: Sent) -> None:
+            """Send ``sql`` (a write of the open transaction, its values bound) with the
+            next statement; its answer fills ``sent``."""
+            self.deferred = (*self.deferred, (query(sql.encode(self.encoding)), sent))
+
+        def flush(self) -> None:
+            """Send the deferred statements now and read their answers: one round trip."""
+            if self.deferred:
+                self._send_ahead(None)
 
         def _execute_command(self, command, sql):  # noqa: ANN001, ANN202 - pymysql's signature
             if command != COMMAND.COM_QUERY:
                 return super()._execute_command(command, sql)
-            ahead, timed = [], []
+            return self._send_ahead(sql)
+
+        def _send_ahead(self, sql) -> None:  # noqa: ANN001 - str or bytes, or None (the deferred alone)
+            if not self._sock:
+                raise pymysql.err.InterfaceError(0, "")  # closed (as pymysql says it)
+            ahead, answers = [], []
             if self.unchecked:
-                if self.autocommit_wanted and not _may_follow_check(sql):
+                if self.autocommit_wanted and sql is not None and not _may_follow_check(sql):
                     self.check()  # a round trip of its own: this statement is sent only if it passes
                 else:
                     self.unchecked = False
                     ahead.append(ping)
-                    timed.append(True)
+                    answers.append(True)
             status = self.server_status
             if self.autocommit_wanted:
                 if not status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT:
@@ -398,27 +446,34 @@ def _mysql_connection_class() -> type:
                         # Left open (never by this module's own transactions): switching
                         # autocommit on would commit it.
                         ahead.append(rollback)
-                        timed.append(False)
+                        answers.append(False)
                     ahead.append(autocommit_on)
-                    timed.append(False)
+                    answers.append(False)
             else:
                 self.began = True
                 if status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT:
                     ahead.append(autocommit_off)
-                    timed.append(False)
-            if not ahead:
-                return super()._execute_command(command, sql)
+                    answers.append(False)
+            for packet, sent in self.deferred:
+                ahead.append(packet)
+                answers.append(sent)
+            if sql is not None and not ahead:
+                return super()._execute_command(COMMAND.COM_QUERY, sql)
             self._ahead = b"".join(ahead)
             try:
-                super()._execute_command(command, sql)
+                if sql is None:
+                    self._write_bytes(b"")
+                else:
+                    super()._execute_command(COMMAND.COM_QUERY, sql)
             except pymysql.err.OperationalError as exc:
-                if timed[0] and cluster.connection_failed(exc):
+                if answers[0] is True and cluster.connection_failed(exc):
                     raise CheckFailed(exc, unsent=False) from exc
                 raise
             finally:
                 self._ahead = b""
             expected = self._next_seq_id  # of the statement's answer (more than 1 after a 16 MB statement)
-            self._read_answers_ahead(timed, unsent=False)
+            self._read_answers_ahead(answers, unsent=False)
+            self.deferred = ()  # answered (kept until then: a new connection sends them again)
             self._next_seq_id = expected
             return None
 
@@ -427,20 +482,24 @@ def _mysql_connection_class() -> type:
                 data, self._ahead = self._ahead + data, b""
             super()._write_bytes(data)
 
-        def _read_answers_ahead(self, timed, unsent: bool) -> None:  # noqa: ANN001
-            """Read the OK of each command sent ahead (``timed``: whether to wait at most
-            the connect timeout for it, the check); ``unsent``: no statement follows."""
+        def _read_answers_ahead(self, answers, unsent: bool) -> None:  # noqa: ANN001
+            """Read the OK of each command sent ahead. ``answers``: ``True`` for the check
+            (awaited at most the connect timeout), ``False`` for a command whose OK is all,
+            or the :class:`Sent` of a deferred statement; ``unsent``: no statement follows."""
             read_timeout = self._read_timeout
             try:
-                for bounded in timed:
+                for answer in answers:
+                    bounded = answer is True
                     self._read_timeout = (read_timeout or self.connect_timeout) if bounded else read_timeout
                     self._next_seq_id = 1
                     try:
-                        self._read_ok_packet()
+                        ok = self._read_ok_packet()
                     except pymysql.err.OperationalError as exc:
                         if bounded and cluster.connection_failed(exc):
                             raise CheckFailed(exc, unsent=unsent) from exc
                         raise
+                    if not isinstance(answer, bool):
+                        answer.rowcount = ok.affected_rows
             except BaseException:
                 self._force_close()  # the statement's answer would be read as this one's
                 raise
@@ -561,14 +620,57 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         conn = self._state.conn
         return conn is not None and not conn.autocommit_wanted and not conn.began
 
-    def _begin_on_new_connection(self) -> None:
+    def _reopen_transaction(self) -> None:
+        carried = self._state.conn.deferred  # sent, not answered: they go again
+        self._reopen()
         conn = self._state.conn  # a new connection: no check needed
         if conn.galera:
-            super().begin()
+            _SafeReconnectMixin.begin(self)
         else:
             conn.begin_lazily()
+        conn.deferred = carried
+
+    def defer(self, sql: str, params: tuple | list) -> Sent:
+        """Run the write ``sql`` as part of the open transaction, sent with the next
+        statement (no round trip of its own); outside a transaction, now.
+
+        Its answer is read with the next statement's, at the latest before ``COMMIT``
+        (:meth:`flush_deferred`): an error of it is raised there, the transaction is
+        lost (the connection is closed, the server rolls it back).
+        """
+        conn = self._state.conn
+        if conn is None or not self.in_transaction():
+            return Sent(None, self.execute_sql(sql, params).rowcount)
+        with __exception_wrapper__:
+            text = conn.cursor().mogrify(sql, params)
+        if len(text) > _DEFERRED_MAX_CHARS:  # one packet each (pymysql splits larger ones)
+            self.flush_deferred()
+            return Sent(None, self.execute_sql(sql, params).rowcount)
+        sent = Sent(self)
+        conn.defer(text, sent)
+        return sent
+
+    def flush_deferred(self) -> None:
+        """Send the deferred statements now (if any) and read their answers."""
+        conn = self._state.conn
+        if conn is None or not conn.deferred:
+            return
+        first = self._begins_transaction()
+        try:
+            with __exception_wrapper__:
+                conn.flush()
+        except (OperationalError, InterfaceError) as exc:
+            if not (self._connection_lost(exc) or cluster.node_unusable(exc)):
+                raise
+            self._leave_host(exc)
+            if not first:
+                raise
+            self._reopen_transaction()  # nothing of it was answered: all of it again
+            with __exception_wrapper__:
+                self._state.conn.flush()
 
     def commit(self) -> None:
+        self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
         conn = self._state.conn
         if conn is None or conn.autocommit_wanted:  # begun with BEGIN, or by the driver
             super().commit()
@@ -579,6 +681,8 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
 
     def rollback(self) -> None:
         conn = self._state.conn
+        if conn is not None:
+            conn.deferred = ()  # never answered, so never applied
         if conn is None or conn._sock is None:  # noqa: SLF001 - pymysql has no public "closed"
             # The connection is gone, and the transaction with it. (Sending ROLLBACK
             # raised an InterfaceError (0, '') in place of the error that ended it.)

@@ -17,7 +17,7 @@ from typing import Any
 
 from peewee import Model, Query, Value
 
-from api.db.database import db
+from api.db.database import Sent, db
 
 _MARK = "\x00agentcanvas:"
 
@@ -60,6 +60,22 @@ class Prepared:
         _, sql, slots = self._sql()
         cursor = db.execute_sql(sql, self._params(slots, values))
         return cursor.rowcount
+
+    def send(self, **values: Any) -> Sent:
+        """Run a write as part of the open transaction without waiting for its answer
+        where the database allows it (MySQL: it goes with the transaction's next
+        statement, at the latest before ``COMMIT``; elsewhere, and outside a
+        transaction, it runs now). For writes whose outcome the transaction need not
+        know at once: their ``Sent.rowcount``, when read, waits for the answer. An error
+        of the write is raised by a later statement or the ``COMMIT``, and the
+        transaction is lost.
+        """
+        _, sql, slots = self._sql()
+        params = self._params(slots, values)
+        defer = getattr(db.obj, "defer", None)
+        if defer is None:
+            return Sent(None, db.execute_sql(sql, params).rowcount)
+        return defer(sql, params)
 
     def row(self, **values: Any) -> tuple | None:
         """Run a SELECT and return its first row as a tuple of the selected columns."""

@@ -11,7 +11,7 @@ import threading
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from peewee import OperationalError
+from peewee import IntegrityError, OperationalError
 from pymysql.converters import escape_string
 
 from api import create_app
@@ -206,6 +206,9 @@ def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request)
     """The server ends a connection while it waits in the pool (a restart, an idle
     timeout, a kill): the next request's first statement, a write or a transaction too,
     runs once on a new connection instead of failing."""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
     url = request.getfixturevalue(f"{server}_url")
     own, kill = _KILL[server]
     init_database(url)
@@ -227,11 +230,60 @@ def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request)
         with db.connection_context(), write_transaction():
             Tenant.create(name="in a transaction")
         end_the_pooled_connection()
+        with db.connection_context(), write_transaction():  # writes sent with the COMMIT's turn
+            insert.send(id="t3", name="sent")
+            insert.send(id="t4", name="sent too")
+        end_the_pooled_connection()
         with db.connection_context():
-            assert sorted(t.name for t in Tenant.select()) == ["alone", "in a transaction"]
+            assert sorted(t.name for t in Tenant.select()) == [
+                "alone",
+                "in a transaction",
+                "sent",
+                "sent too",
+            ]
             Tenant.delete().execute()
     finally:
         killer.close_all()
+        db.obj.close_all()
+
+
+def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_not_at_all(database_url):
+    """``Prepared.send``: a write of the open transaction goes with the next statement
+    (MySQL) or at once (elsewhere); either way it commits with the transaction, its
+    rowcount is known when asked, and a write that fails loses the transaction whole."""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    rename = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.name == m("old")))
+    init_database(database_url)
+    try:
+        with db.connection_context():
+
+            def names() -> list[str]:
+                return sorted(t.name for t in Tenant.select())
+
+            with write_transaction():
+                insert.send(id="a", name="one")
+                renamed = rename.send(old="one", new="two")
+                nothing = rename.send(old="none", new="three")
+                insert.send(id="b", name="four")
+                assert (renamed.rowcount, nothing.rowcount) == (1, 0)
+                insert.send(id="c", name="five")
+            assert names() == ["five", "four", "two"]
+
+            with pytest.raises(IntegrityError), write_transaction():
+                insert.send(id="d", name="six")
+                insert.send(id="e", name="two")  # taken: refused
+                Tenant.select().count()
+            with pytest.raises(IntegrityError), write_transaction():
+                insert.send(id="f", name="seven")
+                insert.send(id="g", name="four")  # refused at the latest before COMMIT
+            assert names() == ["five", "four", "two"]
+
+            assert insert.send(id="h", name="eight").rowcount == 1  # outside a transaction: now
+            assert names() == ["eight", "five", "four", "two"]
+            Tenant.delete().execute()
+    finally:
         db.obj.close_all()
 
 
