@@ -896,7 +896,16 @@ class TurnService:
                 # The state the turn ran from, copied before the UPDATE replaces it (where
                 # the version is still the one read; else the UPDATE finds out below).
                 history.keep_current(claim.session_id, claim.version, claim.round, self.keep_snapshots)
-            if _claim_or_save(same_task, save, values) != 1:
+            # The UPDATE and the messages go with the kept state: one round trip for the
+            # three on MySQL (Prepared.send), answered when the UPDATE's count is read;
+            # if it matched nothing, the messages are rolled back with the transaction.
+            update = (same_task or save).send(**values)
+            if rows and not claim.rewound:
+                _APPEND_EXCHANGE.send(**exchange_values)
+            matched = update.rowcount
+            if matched != 1 and same_task is not None:
+                matched = save.execute(**values)  # see _claim_or_save
+            if matched != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
                 raise LeaseLost(
@@ -907,7 +916,7 @@ class TurnService:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
-            if rows:
+            if rows and claim.rewound:
                 _APPEND_EXCHANGE.execute(**exchange_values)
             if used_files:
                 # The session keeps the files it used until it is swept (api.services.files).

@@ -113,7 +113,8 @@ def test_unreachable_server_is_explained(url: str):
 # How to learn our connection's id, and how another connection ends it on the server.
 _KILL = {
     "mysql": ("SELECT CONNECTION_ID()", "KILL {}"),
-    "postgres": ("SELECT pg_backend_pid()", "SELECT pg_terminate_backend({})"),
+    # (with a timeout: it returns once the backend has ended, not when it was told to)
+    "postgres": ("SELECT pg_backend_pid()", "SELECT pg_terminate_backend({}, 10000)"),
 }
 
 
