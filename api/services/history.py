@@ -132,10 +132,10 @@ def keep_current(session_id: str, version: int, round_no: int, keep: int) -> Non
     The database copies the snapshot itself (``INSERT … SELECT``): nothing is sent or
     compressed, and it goes with the transaction's next statement, the ``UPDATE``
     (``Prepared.send``: on MySQL no round trip of its own). The slot's row, the state
-    ``keep`` rounds older, is written over in place (SQLite: its leaf and overflow page, where adding a row and deleting the old ones
-    every ``keep`` turns wrote four pages a turn, its index and the table's interior page
-    too; MySQL: no index entry, and no range ``DELETE`` that could lock other sessions'
-    rows).
+    ``keep`` rounds older, is written over in place (SQLite: its leaf and overflow page,
+    where adding a row and deleting the old ones every ``keep`` turns wrote four pages a
+    turn, its index and the table's interior page too; MySQL: no index entry, and no
+    range ``DELETE`` that could lock other sessions' rows).
     """
     if keep > 0:
         _KEEP_CURRENT.send(session_id=session_id, version=version, slot=round_no % keep, now=now_ms())
