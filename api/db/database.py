@@ -637,9 +637,17 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         Its answer is read with the next statement's, at the latest before ``COMMIT``
         (:meth:`flush_deferred`): an error of it is raised there, the transaction is
         lost (the connection is closed, the server rolls it back).
+
+        Only in a transaction begun with autocommit off (:meth:`begin` without Galera):
+        one begun by ``BEGIN`` on a connection in autocommit mode (Galera, an isolation
+        level) ends when a statement of it fails with a deadlock (1213, Galera's
+        brute-force abort too), and the statements sent behind it then run and commit
+        one by one (seen on MariaDB: a deferred INSERT behind an UPDATE chosen as the
+        deadlock's victim stayed committed after the connection was closed). There it
+        runs now.
         """
         conn = self._state.conn
-        if conn is None or not self.in_transaction():
+        if conn is None or not self.in_transaction() or conn.autocommit_wanted:
             return Sent(None, self.execute_sql(sql, params).rowcount)
         with __exception_wrapper__:
             text = conn.cursor().mogrify(sql, params)

@@ -7,7 +7,9 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 
+import pymysql
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -432,3 +434,51 @@ def test_text_with_every_character_a_string_literal_escapes_is_stored_as_sent(ap
 @given(st.text(alphabet=st.sampled_from(list("ab\\\n\r\0\x1a\"'é𝄞 ")) | st.characters(), max_size=40))
 def test_the_mysql_escape_is_pymysqls(text: str):
     assert escape_mysql_text(text) == escape_string(text)
+
+
+def test_writes_sent_ahead_in_a_transaction_begun_by_begin_never_commit_alone(mysql_url):
+    """A transaction begun by BEGIN on a connection in autocommit mode (Galera's, or one
+    with an isolation level) ends when one of its statements is a deadlock's victim; a
+    write sent behind that statement would then run and commit on its own. So there
+    ``Prepared.send`` runs each write at once: the deadlock is raised by the write it hit
+    and nothing behind it reaches the server."""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    rename = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.id == m("id")))
+    init_database(mysql_url)
+    server, name = mysql_url.removeprefix("mysql://root@").split("/")
+    host, port = server.split(":")
+    other = pymysql.connect(host=host, port=int(port), user="root", database=name, autocommit=True)
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+            Tenant.insert_many([{"id": "x", "name": "x"}, {"id": "y", "name": "y"}]).execute()
+        with other.cursor() as cur:  # the other transaction: y locked, and heavier (it wins)
+            cur.execute("CREATE TABLE IF NOT EXISTS weight (id INT PRIMARY KEY)")
+            cur.execute("DELETE FROM weight")
+            cur.execute("BEGIN")
+            cur.execute("UPDATE tenant SET name = 'y by other' WHERE id = 'y'")
+            cur.execute("INSERT INTO weight SELECT seq FROM seq_1_to_2000")
+
+        def close_the_cycle() -> None:
+            time.sleep(0.5)
+            with other.cursor() as cur:
+                cur.execute("UPDATE tenant SET name = 'x by other' WHERE id = 'x'")
+
+        closer = threading.Thread(target=close_the_cycle)
+        with db.connection_context():
+            with pytest.raises(OperationalError, match="1213|Deadlock"):
+                with db.atomic(isolation_level="REPEATABLE READ"):
+                    rename.execute(id="x", new="x by us")
+                    closer.start()
+                    rename.send(id="y", new="y by us")  # waits for the other, then is its victim
+                    insert.send(id="z", name="behind it")
+                    Tenant.select().count()
+            closer.join()
+            other.rollback()
+            assert sorted(t.name for t in Tenant.select()) == ["x", "y"]
+            Tenant.delete().execute()
+    finally:
+        other.close()
+        db.obj.close_all()
