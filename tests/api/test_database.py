@@ -482,3 +482,39 @@ def test_writes_sent_ahead_in_a_transaction_begun_by_begin_never_commit_alone(my
     finally:
         other.close()
         db.obj.close_all()
+
+
+def _count_up(url: str, times: int) -> None:
+    init_database(url)
+    with db.connection_context():
+        for _ in range(times):
+            with write_transaction():
+                row = Tenant.get(Tenant.id == "counter")
+                Tenant.update(name=str(int(row.name) + 1)).where(Tenant.id == "counter").execute()
+    db.obj.close_all()
+
+
+def test_writers_of_several_processes_line_up_on_one_sqlite_database(tmp_path):
+    """The workers of a server (processes) queue for SQLite's write lock on a lock file
+    beside the database (a waiter is woken when it is let go, where SQLite's own lock
+    makes it sleep 1 to 100 ms between looks): every read-modify-write of each counts."""
+    import multiprocessing
+
+    url = f"sqlite:///{tmp_path / 'agentcanvas.db'}"
+    init_database(url)
+    with db.connection_context():
+        Tenant.create(id="counter", name="0")
+    db.obj.close_all()
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_count_up, args=(url, 50)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    _count_up(url, 50)
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    init_database(url)
+    with db.connection_context():
+        assert Tenant.get(Tenant.id == "counter").name == "200"
+    db.obj.close_all()
+    assert (tmp_path / "agentcanvas.db-writer").exists()
