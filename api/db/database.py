@@ -812,6 +812,19 @@ class _WriterLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._thread_lock.release()
 
+    def close(self) -> None:
+        """Close the file (opened again by the next writer), unless a writer holds it."""
+        with self._thread_lock:
+            if self._depth == 0 and self._fd is not None and self._pid == os.getpid():
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+                self._fd, self._pid = None, 0
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
 
 class WalSqliteDatabase(PooledSqliteDatabase):
     """Pooled SQLite in WAL mode; write transactions take the write lock up front.
@@ -843,6 +856,10 @@ class WalSqliteDatabase(PooledSqliteDatabase):
                 self._close(conn, close_conn=True)  # the file is writable now: open afresh
                 continue
             return conn
+
+    def close_all(self) -> None:
+        super().close_all()
+        self.write_lock.close()
 
     def _close_raw(self, conn) -> None:  # noqa: ANN001 - peewee's signature
         self._seen.discard(id(conn))
