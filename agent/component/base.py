@@ -278,16 +278,7 @@ class ComponentBase:
         self.usage = None
         self._next = None
         self.error = None
-        retries = self._param.max_retries
-        if not retries:  # one attempt (the usual case): the loop below without its bookkeeping
-            try:
-                chunks = self._invoke(**kwargs)
-                return None if chunks is None else _started(chunks)
-            except (FormPause, Cancelled, LimitError):
-                raise
-            except Exception as e:  # noqa: BLE001 - every failure is handled below
-                return self.handle_failure(e)
-        attempts = int(retries) + 1
+        attempts = int(self._param.max_retries or 0) + 1
         for attempt in range(attempts):
             try:
                 chunks = self._invoke(**kwargs)

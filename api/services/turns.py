@@ -1091,6 +1091,16 @@ _READ_SESSION_IF_MOVED = _find(embed=False, columns=_SessionRow._fields, unless_
 _READ_EMBED_SESSION_IF_MOVED = _find(embed=True, columns=_SessionRow._fields, unless_version="cached")
 
 
+def _record_task(m, changes: dict, cond, same_task: bool):  # noqa: ANN001, ANN202 - peewee expressions
+    """A write that records the turn's task id: it sets it, or (``same_task``, a resumed
+    turn) leaves it as it is and applies only where the row records it already (SQLite
+    rewrites an index entry even for an unchanged value). Returns the condition."""
+    if same_task:
+        return cond & (Session.task_id == m("task_id"))
+    changes[Session.task_id] = m("task_id")
+    return cond
+
+
 def _claim(same_task: bool) -> Prepared:
     """The claim's UPDATE: it records the turn's task id, or (``same_task``, a resumed turn)
     applies only where the row records it already."""
@@ -1103,10 +1113,7 @@ def _claim(same_task: bool) -> Prepared:
             Session.status: "running",
         }
         cond = (Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now"))
-        if same_task:
-            cond &= Session.task_id == m("task_id")
-        else:
-            changes[Session.task_id] = m("task_id")
+        cond = _record_task(m, changes, cond, same_task)
         return Session.update(changes).where(cond)
 
     return Prepared(build)
@@ -1164,11 +1171,7 @@ def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prep
             cond &= Session.lease_owner == m("owner")
         else:
             changes[Session.cancel_requested] = False
-            cond &= lease_free(Session, m("now"))
-            if same_task:
-                cond &= Session.task_id == m("task_id")
-            else:
-                changes[Session.task_id] = m("task_id")
+            cond = _record_task(m, changes, cond & lease_free(Session, m("now")), same_task)
         return Session.update(changes).where(cond)
 
     return Prepared(build)
