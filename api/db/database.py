@@ -725,6 +725,9 @@ class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
             "port": ",".join(str(hosts.hosts[i][1]) for i in order),
         }
         conn = self._adapter.connect(self, **params)
+        from api.db import pgtext  # psycopg only when Postgres is used
+
+        pgtext.register_text_adapters(conn.adapters)  # text holding NUL is stored as sent
         if self._isolation_level:
             conn.set_isolation_level(self._isolation_level)
         conn.autocommit = True
