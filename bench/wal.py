@@ -46,6 +46,7 @@ def truncate_wal(path: str) -> None:
 
 
 def no_autocheckpoint(database: object) -> None:
+    database.checkpoint_every = 0  # nor in the background (api.db.database._Checkpointer)
     pragmas = dict(database._pragmas)
     pragmas["wal_autocheckpoint"] = 0
     database._pragmas = list(pragmas.items())

@@ -17,8 +17,17 @@ from peewee import IntegrityError, OperationalError
 from pymysql.converters import escape_string
 
 from api import create_app
-from api.db import SchemaVersion, Tenant, db, init_database, open_database, setup_schema, write_transaction
-from api.db.database import escape_mysql_text
+from api.db import (
+    MessageLog,
+    SchemaVersion,
+    Tenant,
+    db,
+    init_database,
+    open_database,
+    setup_schema,
+    write_transaction,
+)
+from api.db.database import _CHECKPOINTER, escape_mysql_text
 from api.db.migrations import MIGRATIONS
 from tests.api.conftest import Api, echo_dsl, make_token
 
@@ -391,6 +400,27 @@ def test_writes_work_again_as_soon_as_the_sqlite_file_is_writable(sqlite_file, s
     assert "cannot be reached" in refused.json["message"] and str(sqlite_file) not in refused.json["message"]
     _immutable(sqlite_file, False)
     assert api.post("/agents", json={"title": "after", "dsl": echo_dsl()}).status_code == 200
+
+
+def test_a_process_has_the_sqlite_wal_checkpointed_in_the_background(tmp_path):
+    """Every ``checkpoint_every`` write transactions of a process, a thread of its own
+    copies the WAL into the database file (not the commit that filled it, as SQLite would)."""
+    path = tmp_path / "ac.db"
+    init_database(f"sqlite:///{path}")
+    database = db.obj
+    try:
+        database.checkpoint_every, database._commits = 3, 0
+        before = path.stat().st_size
+        for i in range(3):
+            if i == 2:
+                assert _CHECKPOINTER.wait_idle(10)
+                assert path.stat().st_size == before  # the WAL holds the writes so far
+            with db.connection_context(), write_transaction():
+                MessageLog.create(session_id="s", role="user", content=str(i) * 200_000)
+        assert _CHECKPOINTER.wait_idle(10)
+        assert path.stat().st_size >= before + 600_000
+    finally:
+        database.close_all()
 
 
 def test_a_mysql_connection_returned_inside_a_transaction_does_not_carry_it_on(mysql_url):
