@@ -58,6 +58,8 @@ _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
 #: A statement longer than this is not deferred (:meth:`ReconnectingPooledMySQLDatabase.defer`):
 #: a deferred one goes as one packet, and pymysql splits those of 16 MB and more.
 _DEFERRED_MAX_CHARS = 4 * 1024 * 1024
+#: Result columns a MySQL connection keeps parsed (its statements' are a few dozen).
+_KNOWN_COLUMNS = 512
 
 
 def _verb(sql: str) -> str:
@@ -295,8 +297,9 @@ class Sent:
 @functools.cache
 def _mysql_connection_class() -> type:
     """pymysql's connection class as the pool uses it: a shared TLS context, a faster
-    string escape (:func:`escape_mysql_text`), and commands sent ahead of a statement in
-    the same packet write.
+    escape of values (:func:`escape_mysql_text`), the columns of results parsed once per
+    connection (``Result``), and commands sent ahead of a statement in the same packet
+    write.
 
     **TLS.** Given no TLS options, pymysql (1.1.1 and later) uses TLS if the server offers
     it and builds a new default context for every connection to be ready: it loads the
@@ -339,7 +342,10 @@ def _mysql_connection_class() -> type:
     error is raised.
     """
     import pymysql
-    from pymysql.constants import COMMAND, CR, SERVER_STATUS
+    from pymysql import converters
+    from pymysql.connections import TEXT_TYPES, MySQLResult
+    from pymysql.constants import COMMAND, CR, FIELD_TYPE, SERVER_STATUS
+    from pymysql.protocol import FieldDescriptorPacket, MysqlPacket
 
     shared: list = []  # the TLS context, once made
     ping = struct.pack("<iB", 1, COMMAND.COM_PING)
@@ -370,6 +376,48 @@ def _mysql_connection_class() -> type:
             self.unsent = unsent
             self.silent = isinstance(reason.__context__, TimeoutError)
 
+    def describe(conn, field: FieldDescriptorPacket) -> tuple:  # noqa: ANN001 - a Connection
+        """``(field, description, (encoding, converter))`` of a result's column, as
+        pymysql's ``MySQLResult._get_descriptions`` works them out."""
+        encoding = None
+        if conn.use_unicode:
+            if field.type_code == FIELD_TYPE.JSON:
+                encoding = conn.encoding  # JSON is decoded by the connection's encoding
+            elif field.type_code in TEXT_TYPES:
+                encoding = None if field.charsetnr == 63 else conn.encoding  # 63: binary
+            else:
+                encoding = "ascii"
+        converter = conn.decoders.get(field.type_code)
+        if converter is converters.through:
+            converter = None
+        return field, field.description(), (encoding, converter)
+
+    class Result(MySQLResult):
+        """A result whose column descriptions are parsed once per connection.
+
+        The description of a statement's columns comes as the same bytes every time it
+        runs, and pymysql parses it in Python, about 10 us a column (a turn's read of its
+        session has nine): here a column known by its bytes is not parsed again.
+        """
+
+        def _get_descriptions(self) -> None:
+            conn = self.connection
+            known = conn.known_columns
+            fields, description, decoding = [], [], []
+            for _ in range(self.field_count):
+                raw = conn._read_packet(MysqlPacket).get_all_data()
+                column = known.get(raw)
+                if column is None:
+                    if len(known) >= _KNOWN_COLUMNS:
+                        known.clear()
+                    column = known[raw] = describe(conn, FieldDescriptorPacket(raw, conn.encoding))
+                fields.append(column[0])
+                description.append(column[1])
+                decoding.append(column[2])
+            eof_packet = conn._read_packet()
+            assert eof_packet.is_eof_packet(), "Protocol error, expecting EOF"
+            self.fields, self.converters, self.description = fields, decoding, tuple(description)
+
     class Connection(pymysql.connections.Connection):
         #: taken from the pool, not heard from since: the next statement takes the check along
         unchecked = False
@@ -385,6 +433,24 @@ def _mysql_connection_class() -> type:
         #: the error of a failed check (set below)
         CheckFailed: type
 
+        def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - pymysql's signature
+            #: the columns of results seen, by their description's bytes (see Result)
+            self.known_columns: dict[bytes, tuple] = {}
+            super().__init__(*args, **kwargs)
+
+        def _read_query_result(self, unbuffered: bool = False) -> int:
+            # pymysql's, with a Result of the class above
+            self._result = None
+            result = Result(self)
+            if unbuffered:
+                result.init_unbuffered_query()
+            else:
+                result.read()
+            self._result = result
+            if result.server_status is not None:
+                self.server_status = result.server_status
+            return result.affected_rows
+
         def _create_ssl_ctx(self, sslp):  # noqa: ANN001, ANN202 - pymysql's signature
             if sslp != {}:
                 return super()._create_ssl_ctx(sslp)
@@ -398,6 +464,18 @@ def _mysql_connection_class() -> type:
             return escape_mysql_text(s)
 
         escape_string = _escape_string  # its name before pymysql 2
+
+        def escape(self, obj, mapping=None) -> str:  # noqa: ANN001 - pymysql's signature
+            # The values of most parameters, without pymysql's look-up of an encoder
+            # (escape_int, escape_None: the same text). bool is a type of its own.
+            kind = type(obj)
+            if kind is int:
+                return str(obj)
+            if kind is str:
+                return f"'{self._escape_string(obj)}'"
+            if obj is None:
+                return "NULL"
+            return super().escape(obj, mapping)
 
         def check(self) -> None:
             """Ping the server now, waiting at most the connect timeout for its answer.

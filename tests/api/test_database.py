@@ -423,6 +423,25 @@ def test_a_process_has_the_sqlite_wal_checkpointed_in_the_background(tmp_path):
         database.close_all()
 
 
+def test_a_mysql_connection_parses_the_columns_of_a_result_once(mysql_url):
+    """The description of a result's columns is parsed once per connection: the same
+    statement again reads the same names and values, another statement its own."""
+    init_database(mysql_url)
+    try:
+        with db.connection_context():
+            conn = db.connection()
+            for _ in range(2):
+                cur = db.execute_sql("SELECT 1 AS n, %s AS t, CAST('x' AS BINARY) AS b, NULL AS z", ("é 𝄞",))
+                assert cur.fetchall() == ((1, "é 𝄞", b"x", None),)
+                assert [d[0] for d in cur.description] == ["n", "t", "b", "z"]
+            known = len(conn.known_columns)
+            cur = db.execute_sql("SELECT %s AS m, %s AS f", (2, 0.5))
+            assert cur.fetchall() == ((2, 0.5),) and [d[0] for d in cur.description] == ["m", "f"]
+            assert len(conn.known_columns) == known + 2
+    finally:
+        db.obj.close_all()
+
+
 def test_a_mysql_connection_returned_inside_a_transaction_does_not_carry_it_on(mysql_url):
     """A connection checked in with a transaction still open (its owner failed before
     COMMIT or ROLLBACK) is rolled back: the next user of that pooled connection does not
