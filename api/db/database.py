@@ -810,7 +810,7 @@ class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
         conn = self._adapter.connect(self, **params)
         from api.db import pgtext  # psycopg only when Postgres is used
 
-        pgtext.register_text_adapters(conn.adapters)  # text holding NUL is stored as sent
+        pgtext.use_text_encoding(conn)  # text holding NUL is stored as sent
         if self._isolation_level:
             conn.set_isolation_level(self._isolation_level)
         conn.autocommit = True

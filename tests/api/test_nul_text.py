@@ -233,6 +233,8 @@ def test_postgres_keeps_plain_text_as_it_is_and_nul_as_a_noncharacter(postgres_u
                 for i in ids
             ]
             assert [Tenant.get_by_id(i).name for i in ids] == names
+            named = db.connection().execute("SELECT %(a)s, %(b)s, 1", {"a": TEXT, "b": "x"}).fetchone()
+            assert named == (TEXT, "x", 1)
             Tenant.delete().where(Tenant.id.in_(ids)).execute()
     finally:
         close_idle_connections()
