@@ -1070,7 +1070,10 @@ def _find(embed: bool, columns: tuple[str, ...] = (), unless_version: str = "") 
 
     def column(m, name):
         if name == "snapshot" and unless_version:
-            return Case(None, [(Session.version == m(unless_version), SQL("NULL"))], Session.snapshot)
+            # Named: else MySQL names the column by its text, the version in it, and a
+            # connection parses its description anew each time (api.db.database: Result).
+            snapshot = Case(None, [(Session.version == m(unless_version), SQL("NULL"))], Session.snapshot)
+            return snapshot.alias("snapshot")
         return getattr(Session, name)
 
     def build(m):
