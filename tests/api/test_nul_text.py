@@ -188,6 +188,17 @@ def test_a_webhook_body_round_trips(api: Api):
     assert resp.json["message"] == f"got {TEXT}"
 
 
+def test_ids_and_filters_holding_nul_find_nothing(api: Api):
+    """An id or filter with NUL in a path or query is a plain miss (404, or an empty list)."""
+    agent_id = api.create_agent(echo_dsl())
+    for path in ("/agents/a%00b", f"/agents/{agent_id}/sessions/a%00b", "/tasks/a%00b/cancel"):
+        resp = api.post(path) if path.endswith("cancel") else api.get(path)
+        assert resp.status_code == 404 and resp.json["code"] == 102, (path, resp.json)
+    assert api.delete("/system/tokens/a%00b").status_code == 404
+    assert api.get("/datasets", query_string={"name": TEXT}).status_code == 404
+    assert api.get(f"/agents/{agent_id}/sessions", query_string={"id": TEXT}).json["data"] == []
+
+
 @pytest.fixture
 def mcp_api(app_factory) -> Api:
     app = app_factory(SETTINGS={"invoke": {"allow_hosts": ["127.0.0.1"], "timeout_seconds": 5}})
