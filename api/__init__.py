@@ -15,6 +15,8 @@ from typing import Any
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.routing import Map
+from werkzeug.routing.matcher import StateMachineMatcher
 
 from agent.settings import load_settings
 from api import config as app_config
@@ -43,11 +45,67 @@ class _NoCookieSessions(SecureCookieSessionInterface):
         return self._null
 
 
+class _RouteMemory(StateMachineMatcher):
+    """Werkzeug's route matcher, remembering what a path matched.
+
+    Matching walks the rules' state machine part by part (a regular expression per
+    dynamic part); every request to ``/api/v1/agents/<id>/completions`` did it again.
+    A successful match of the same host, path, method and websocket flag is the same
+    rule with the same values while the rules stay as they are, so it is kept (up to
+    :attr:`MEMORY` of them, then forgotten all at once) and handed out as a copy: Flask
+    passes the values to the view as its arguments. Whatever does not match (404, 405,
+    a redirect) is worked out every time, as before. Adding rules forgets everything.
+    """
+
+    MEMORY = 1024
+
+    def __init__(self, merge_slashes: bool) -> None:
+        self._known: dict[tuple, tuple[Any, dict]] = {}
+        super().__init__(merge_slashes)
+
+    @property
+    def merge_slashes(self) -> bool:
+        return self._merge_slashes
+
+    @merge_slashes.setter
+    def merge_slashes(self, value: bool) -> None:
+        self._known.clear()
+        self._merge_slashes = value
+
+    def add(self, rule: Any) -> None:
+        self._known.clear()
+        super().add(rule)
+
+    def update(self) -> None:
+        self._known.clear()
+        super().update()
+
+    def match(self, domain: str, path: str, method: str, websocket: bool) -> tuple[Any, dict]:
+        key = (domain, path, method, websocket)
+        known = self._known.get(key)
+        if known is not None:
+            return known[0], dict(known[1])
+        rule, values = super().match(domain, path, method, websocket)
+        if len(self._known) >= self.MEMORY:
+            self._known.clear()
+        self._known[key] = (rule, dict(values))
+        return rule, values
+
+
+class _Routes(Map):
+    """The app's URL map, matched through :class:`_RouteMemory`."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._matcher = _RouteMemory(self._matcher.merge_slashes)
+
+
 class App(Flask):
     """Flask, minus per-request work the API does not need (see :class:`_NoCookieSessions`,
-    :meth:`ensure_sync`)."""
+    :meth:`ensure_sync`, :class:`_RouteMemory`)."""
 
     session_interface = _NoCookieSessions()
+    url_map_class = _Routes
     #: How many functions :meth:`ensure_sync` remembers (the app's views and hooks).
     _SYNC_MEMORY = 1024
 

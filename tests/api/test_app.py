@@ -124,3 +124,69 @@ def test_views_read_models_through_services():
             if isinstance(v, type) and issubclass(v, Model)
         ]
     assert holding == []
+
+
+def _routed(app: Flask) -> Flask:
+    """A few routes of each kind: static, converted, a trailing slash, a path tail, a
+    value preprocessor that takes a value out of the view's arguments."""
+    seen = []
+
+    @app.url_value_preprocessor
+    def take_lang(endpoint, values):  # noqa: ANN001, ANN202 - a Flask hook
+        if values and "lang" in values:
+            seen.append(values.pop("lang"))
+
+    app.add_url_rule("/a/<x>/b", "ab", lambda x: f"ab {x}", methods=["GET", "POST"])
+    app.add_url_rule("/n/<int:k>", "n", lambda k: f"n {k + 1}")
+    app.add_url_rule("/things/", "things", lambda: "things")
+    app.add_url_rule("/files/<path:rest>", "files", lambda rest: f"files {rest}")
+    app.add_url_rule("/<lang>/hello", "hello", lambda: f"hello {seen[-1]}")
+
+    def page(page):  # noqa: ANN001, ANN202 - a Flask view
+        return f"d {page}"
+
+    app.add_url_rule("/d/", "d", page, defaults={"page": 1})
+    app.add_url_rule("/d/<int:page>", "d", page)
+    return app
+
+
+def test_routes_remembered_by_the_app_answer_as_flask_routes_them():
+    """api.App keeps the rule and values a path matched (_RouteMemory); every request,
+    first or repeated, is answered as by Flask's own matching: values, 404, 405,
+    redirects (a missing trailing slash, merged slashes, a default), HEAD, OPTIONS."""
+    from api import App
+
+    ours, theirs = _routed(App("ours")), _routed(Flask("theirs"))
+    requests = [
+        ("GET", "/a/1/b"), ("POST", "/a/1/b"), ("PUT", "/a/1/b"), ("GET", "/a/2/b"), ("HEAD", "/a/2/b"),
+        ("OPTIONS", "/a/2/b"), ("GET", "/n/5"), ("GET", "/n/x"), ("GET", "/n/-1"), ("GET", "/things"),
+        ("GET", "/things/"), ("GET", "//a//3/b"), ("GET", "/files/x/y.txt"), ("GET", "/files/"),
+        ("GET", "/en/hello"), ("GET", "/fr/hello"), ("GET", "/d/"), ("GET", "/d/1"), ("GET", "/d/2"),
+        ("GET", "/nowhere"),
+    ]  # fmt: skip
+    answers = []
+    for client in (ours.test_client(), theirs.test_client()):
+        answers.append(
+            [
+                (method, path, r.status_code, r.get_data(), r.headers.get("Location"), r.headers.get("Allow"))
+                for _ in range(3)
+                for method, path in requests
+                for r in [client.open(path, method=method)]
+            ]
+        )
+    assert answers[0] == answers[1]
+    assert ours.url_map._matcher._known  # it did remember
+
+
+def test_the_route_memory_forgets_when_full_and_when_rules_change():
+    from api import App
+
+    app = _routed(App("ours"))
+    memory = app.url_map._matcher
+    memory.MEMORY = 3
+    client = app.test_client()
+    for n in range(5):
+        assert client.get(f"/n/{n}").get_data() == f"n {n + 1}".encode()
+    assert 0 < len(memory._known) <= 3
+    app.url_map.add(type(next(app.url_map.iter_rules()))("/late", endpoint="late"))
+    assert memory._known == {}
