@@ -191,8 +191,8 @@ class Canvas:
 
         Everything a load sets is set again; a component is kept as an object only if a
         load would build it the same way (the base class's constructor, shared read-only
-        params) and a run added nothing to it, and is then constructed again in place
-        (what a run set is gone); any other is built anew, as a load builds it.
+        params) and a run added nothing to it, and is then cleared (what a run set is
+        gone); any other is built anew, as a load builds it.
         """
         self._start_fresh(limits, services)
         self._pristine, self._plain = text, True
@@ -208,7 +208,7 @@ class Canvas:
                 and is_shared(param)
                 and vars(cpn).keys() == plain_attrs
             ):
-                cpn.__init__(self, cid, param, cpn.entry)
+                cpn.clear()  # its canvas (this one), id, params and DSL entry are the same
             else:
                 if not is_shared(param):
                     param = checked_param(cls, cpn.entry["obj"].get("params") or {}, cid)
@@ -229,7 +229,7 @@ class Canvas:
         self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
         self.warnings: list[str] = []
-        self._written: tuple[str, dict, dict[str, bytes]] | None = None
+        self._written: tuple[str, dict, str] | None = None
 
     # ------------------------------------------------------------------ loading
     def _load(self, dsl: str | bytes | dict, text: str | None = None) -> None:
@@ -470,22 +470,21 @@ class Canvas:
         return self.dump()
 
     def dump(self, keepable: bool = False) -> str:
-        """The snapshot's text (``str(canvas)``). ``keepable``: written member by member
-        (the same text, ~3 us more for a 7 KB snapshot), so that :meth:`keep` can take it."""
+        """The snapshot's text (``str(canvas)``). ``keepable``: the state a run changes is
+        written again on its own (a small part of the snapshot), so that :meth:`keep`
+        can take it."""
         snapshot = self.to_dict()
         self._written = None
-        if keepable:
-            text, values = jsonio.dumps_members(snapshot)
-        else:
-            text, values = jsonio.dumps(snapshot), None
+        text, plain = jsonio.dumps_plain(snapshot)
         if len(text) > self.limits.max_snapshot_bytes:
             raise SnapshotTooLarge(
                 f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
                 f"(lower history_size or the memory window, or raise max_snapshot_bytes)"
             )
-        if values is not None:
-            # For keep(): the snapshot, and the JSON of the state a run changes as it is in it.
-            self._written = (text, snapshot, {k: values[k] for k in _KEPT_AS_TEXT if k in values})
+        if keepable and plain:
+            # For keep(): the snapshot, and the JSON of the state a run changes as the text has it.
+            state = jsonio.dumps({k: snapshot[k] for k in _KEPT_AS_TEXT if k in snapshot})
+            self._written = (text, snapshot, state)
         return text
 
     def keep(self, text: str) -> KeptCanvas | None:
@@ -494,11 +493,11 @@ class Canvas:
         is handed over: it is not to be used after, but through the kept one's ``load()``.
 
         ``None`` when the canvas could differ from ``Canvas(text)``: ``text`` is not the
-        last ``dump(keepable=True)`` of it, or that was not written by orjson member by
-        member (the standard library wrote it), or the canvas was loaded from JSON only the standard
+        last ``dump(keepable=True)`` of it, or that was not written by orjson (the
+        standard library wrote it), or the canvas was loaded from JSON only the standard
         library reads (``NaN``...); or it holds a field this version does not know how
-        to set again. The state a run changes is taken as its JSON in ``text`` (parsed
-        again on load); the DSL and the history hold parsed JSON as they were loaded.
+        to set again. The state a run changes is taken as its JSON (parsed again on
+        load); the DSL and the history hold parsed JSON as they were loaded.
         """
         written = self._written
         if not self._plain or written is None or written[0] is not text:
@@ -513,10 +512,10 @@ class Canvas:
                 return None
         if not vars(self).keys() <= _canvas_attrs():
             return None
-        _, snapshot, values = written
-        kept = {**snapshot, **values, "history": list(self.history)}
+        _, snapshot, state = written
+        kept = {**snapshot, "history": list(self.history)}
         self._start_fresh(self.limits, None)  # let go of the turn's services
-        return KeptCanvas(text, self, kept)
+        return KeptCanvas(text, self, kept, state)
 
     def _runtime_state(self) -> str | bytes:
         """A rollback point: the loaded text if nothing ran since, else a dump."""
@@ -1225,12 +1224,13 @@ class KeptCanvas:
         text: the snapshot (what ``Canvas(text)`` would load).
     """
 
-    __slots__ = ("_canvas", "_dsl", "text")
+    __slots__ = ("_canvas", "_dsl", "_state", "text")
 
-    def __init__(self, text: str, canvas: Canvas, dsl: dict):
+    def __init__(self, text: str, canvas: Canvas, dsl: dict, state: str):
         self.text = text
         self._canvas: Canvas | None = canvas
         self._dsl: dict | None = dsl
+        self._state = state
 
     def load(self, *, limits: Limits | None = None, services: dict | None = None) -> Canvas:
         """The canvas (as ``Canvas(self.text, limits=..., services=...)``); only once."""
@@ -1238,9 +1238,7 @@ class KeptCanvas:
         self._canvas = self._dsl = None
         if canvas is None or dsl is None:
             raise RuntimeError("a kept canvas is loaded once")
-        for key in _KEPT_AS_TEXT:
-            if key in dsl:
-                dsl[key] = jsonio.loads(dsl[key])
+        dsl.update(jsonio.loads(self._state))  # the members the text has, in their places
         return canvas._reload(dsl, self.text, limits, services)
 
 

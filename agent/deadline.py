@@ -142,8 +142,12 @@ class Deadline:
 
 
 def unlimited() -> Deadline:
-    """A deadline that never ends and is never cancelled (a canvas not running)."""
-    return Deadline()
+    """A deadline that never ends and is never cancelled (a canvas not running): one
+    shared object (a deadline never changes once made)."""
+    return _UNLIMITED
+
+
+_UNLIMITED = Deadline()
 
 
 _DONE = object()

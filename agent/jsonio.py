@@ -21,35 +21,15 @@ def _default(value: Any) -> str:
 
 def dumps(value: Any) -> str:
     """Compact JSON text (no spaces, non-ASCII kept); unknown objects as ``str()``."""
+    return dumps_plain(value)[0]
+
+
+def dumps_plain(value: Any) -> tuple[str, bool]:
+    """:func:`dumps`, and whether orjson wrote it (``False``: the standard library did)."""
     try:
-        return orjson.dumps(value, default=_default).decode("utf-8")
+        return orjson.dumps(value, default=_default).decode("utf-8"), True
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
-
-
-def dumps_members(value: dict) -> tuple[str, dict[str, bytes] | None]:
-    """:func:`dumps` of a dict with text keys, and the JSON of each of its values as it
-    is in that text (``None`` when orjson could not write it and the standard library
-    did): the same text, written member by member."""
-    try:
-        members = {k: orjson.dumps(v, default=_default) for k, v in value.items()}
-        text = b"{" + b",".join([_member_name(k) + v for k, v in members.items()]) + b"}"
-    except (TypeError, orjson.JSONEncodeError):
-        return dumps(value), None
-    return text.decode("utf-8"), members
-
-
-_NAMES: dict[str, bytes] = {}
-
-
-def _member_name(key: str) -> bytes:
-    """``"key":`` as orjson writes it (remembered for the few names snapshots use)."""
-    name = _NAMES.get(key)
-    if name is None:
-        name = orjson.dumps(key) + b":"
-        if len(_NAMES) < 256:
-            _NAMES[key] = name
-    return name
+        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")), False
 
 
 def loads(text: str | bytes) -> Any:

@@ -210,6 +210,10 @@ class ComponentBase:
         self.id = cpn_id
         self._param = param
         self.entry = entry  # the DSL entry: downstream, upstream, parent_id
+        self.clear()
+
+    def clear(self) -> None:
+        """Back to what the constructor made: everything a run or a snapshot set is gone."""
         self.outputs: dict[str, Any] = {}
         self.data: dict[str, Any] = {}
         self.inputs_seen: dict[str, Any] = {}
