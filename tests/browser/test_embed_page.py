@@ -24,6 +24,12 @@ def stored_session(page: Page, agent_id: str) -> str | None:
 
 
 def send(page: Page, text: str) -> None:
+    """Type ``text`` and press Enter once the previous answer has finished, as a user would.
+
+    While a turn streams the page keeps a typed message in the box instead of sending it,
+    and an answer's bubble shows before its stream has ended.
+    """
+    expect(page.locator("#messages")).to_have_attribute("aria-busy", "false")
     box = page.get_by_label("Your message")
     box.fill(text)
     box.press("Enter")
