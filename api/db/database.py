@@ -50,8 +50,21 @@ T = TypeVar("T")
 
 log = logging.getLogger("agentcanvas.db")
 
+class _Handle(DatabaseProxy):
+    """peewee's proxy, whose connection context opens and closes on one database.
+
+    peewee's looks the database up again on leaving: a thread inside the context when the
+    handle is pointed elsewhere (:func:`bind_database`, a second app built in one process,
+    as tests do) closed a connection of the other database and failed in its pool's
+    bookkeeping (``IndexError: pop from empty list``).
+    """
+
+    def connection_context(self):  # noqa: D102 - peewee's
+        return self.obj.connection_context()
+
+
 #: The handle every model is bound to; :func:`bind_database` points it at a real one.
-db = DatabaseProxy()
+db = _Handle()
 
 _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
 

@@ -568,3 +568,30 @@ def test_writers_of_several_processes_line_up_on_one_sqlite_database(tmp_path):
         assert Tenant.get(Tenant.id == "counter").name == "200"
     db.obj.close_all()
     assert (tmp_path / "agentcanvas.db-writer").exists()
+
+
+def test_a_thread_inside_a_connection_context_while_the_handle_moves_leaves_it_cleanly(tmp_path):
+    # A second app built in one process points the models' handle at its database while
+    # a parse thread of the first is inside a connection context (seen in a CI run).
+    init_database(f"sqlite:///{tmp_path / 'first.db'}")
+    first = db.obj
+    inside, leave, errors = threading.Event(), threading.Event(), []
+
+    def worker() -> None:
+        try:
+            with db.connection_context():
+                inside.set()
+                leave.wait(10)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert inside.wait(10)
+    init_database(f"sqlite:///{tmp_path / 'second.db'}")
+    leave.set()
+    thread.join(10)
+    assert errors == []
+    assert db.obj is not first
+    with first.connection_context():  # the first pool gave the thread's connection back
+        assert first.execute_sql("SELECT 1").fetchone() == (1,)
