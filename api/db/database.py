@@ -50,6 +50,7 @@ T = TypeVar("T")
 
 log = logging.getLogger("agentcanvas.db")
 
+
 class _Handle(DatabaseProxy):
     """peewee's proxy, whose connection context opens and closes on one database.
 
