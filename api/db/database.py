@@ -22,7 +22,7 @@ import os
 import select
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 from urllib.parse import urlparse
@@ -1312,8 +1312,42 @@ def writer_in_line() -> contextlib.AbstractContextManager:
     return db.obj.write_lock if is_sqlite(db) else contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def write_transaction() -> Iterator[None]:
+class _WriteTransaction:
+    """:func:`write_transaction`'s context: the database's own ``atomic`` (not the proxy's,
+    whose every step looks each attribute up through it), under the write lock on SQLite."""
+
+    __slots__ = ("_atomic", "_database", "_lock")
+
+    def __enter__(self) -> None:
+        database = self._database = db.obj
+        if isinstance(database, PooledSqliteDatabase):
+            lock = self._lock = database.write_lock
+            lock.__enter__()
+            try:
+                atomic = self._atomic = database.atomic(lock_type="IMMEDIATE")
+                atomic.__enter__()
+            except BaseException:
+                lock.__exit__(None, None, None)
+                raise
+        else:
+            self._lock = None
+            atomic = self._atomic = database.atomic()
+            atomic.__enter__()
+
+    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001 - the context manager protocol
+        lock = self._lock
+        if lock is None:
+            self._atomic.__exit__(exc_type, exc, tb)
+            return
+        try:
+            self._atomic.__exit__(exc_type, exc, tb)
+            if exc_type is None:
+                self._database.committed()
+        finally:
+            lock.__exit__(None, None, None)
+
+
+def write_transaction() -> contextlib.AbstractContextManager[None]:
     """One transaction that writes. On SQLite it takes the write lock at ``BEGIN``.
 
     A deferred SQLite transaction that reads first and writes later can fail with
@@ -1323,15 +1357,7 @@ def write_transaction() -> Iterator[None]:
     sleeps in growing steps (up to 100 ms) before it looks again, while one waiting on
     the process's lock goes on the moment the writer before it is done.
     """
-    if is_sqlite(db):
-        database = db.obj
-        with database.write_lock:
-            with db.atomic(lock_type="IMMEDIATE"):
-                yield
-            database.committed()
-    else:
-        with db.atomic():
-            yield
+    return _WriteTransaction()
 
 
 def run_retrying(work: Callable[[], T]) -> T:
@@ -1349,7 +1375,7 @@ def run_retrying(work: Callable[[], T]) -> T:
     attempt = 0
     while True:
         try:
-            with db.connection_context():
+            with db.obj.connection_context():  # the database's own (the proxy's looks up each step)
                 return work()
         except (OperationalError, InterfaceError) as exc:
             rolled_back = cluster.write_conflict(exc) or cluster.refused_before_running(exc)
