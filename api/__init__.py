@@ -14,8 +14,9 @@ from typing import Any
 
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
+from werkzeug._internal import _wsgi_decoding_dance
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
-from werkzeug.routing import Map
+from werkzeug.routing import Map, MapAdapter
 from werkzeug.routing.matcher import StateMachineMatcher
 
 from agent.settings import load_settings
@@ -93,16 +94,72 @@ class _RouteMemory(StateMachineMatcher):
 
 
 class _Routes(Map):
-    """The app's URL map, matched through :class:`_RouteMemory`."""
+    """The app's URL map, matched through :class:`_RouteMemory`, bound to a request
+    through :meth:`bind_to_environ`."""
+
+    #: How many request origins (host, scheme, script name...) :meth:`bind_to_environ` remembers.
+    ORIGINS = 256
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._matcher = _RouteMemory(self._matcher.merge_slashes)
+        self._origins: dict[tuple, tuple[str, str, str | None, str]] = {}
+
+    def bind_to_environ(
+        self, environ: Any, server_name: str | None = None, subdomain: str | None = None
+    ) -> MapAdapter:
+        """Werkzeug's, with the part worked out from where the request came from kept.
+
+        Every request made the adapter anew from its host (validated, lower-cased,
+        IDNA-encoded), scheme, upgrade headers and script name; Flask calls this once
+        per request with no server name. For the same environ values (the key) that
+        part is the same, so it is kept (up to :attr:`ORIGINS`, then forgotten at once)
+        and only the path, query and method are read from each request, as Werkzeug
+        reads them. A server name given (``SERVER_NAME``: its check may warn) or an
+        environ that is not a plain dict goes through Werkzeug every time.
+        """
+        if server_name is not None or type(environ) is not dict:
+            return super().bind_to_environ(environ, server_name, subdomain)
+        key = (
+            self.host_matching,
+            environ.get("HTTP_HOST"),
+            environ.get("SERVER_NAME"),
+            environ.get("SERVER_PORT"),
+            environ["wsgi.url_scheme"],
+            environ.get("HTTP_CONNECTION"),
+            environ.get("HTTP_UPGRADE"),
+            environ.get("SCRIPT_NAME"),
+            subdomain,
+        )
+        origin = self._origins.get(key)
+        if origin is None:
+            adapter = super().bind_to_environ(environ, server_name, subdomain)
+            if len(self._origins) >= self.ORIGINS:
+                self._origins.clear()
+            self._origins[key] = (
+                adapter.server_name,
+                adapter.script_name,
+                adapter.subdomain,
+                adapter.url_scheme,
+            )
+            return adapter
+        path_info = environ.get("PATH_INFO")
+        query_args = environ.get("QUERY_STRING")
+        return MapAdapter(
+            self,
+            origin[0],
+            origin[1],
+            origin[2],
+            origin[3],
+            "/" if path_info is None else _wsgi_decoding_dance(path_info),
+            environ["REQUEST_METHOD"],
+            None if query_args is None else _wsgi_decoding_dance(query_args),
+        )
 
 
 class App(Flask):
     """Flask, minus per-request work the API does not need (see :class:`_NoCookieSessions`,
-    :meth:`ensure_sync`, :class:`_RouteMemory`)."""
+    :meth:`ensure_sync`, :class:`_RouteMemory`, :meth:`_Routes.bind_to_environ`)."""
 
     session_interface = _NoCookieSessions()
     url_map_class = _Routes

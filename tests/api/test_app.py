@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 import threading
 import uuid
+from typing import Any
 
 import pytest
 from flask import Blueprint, Flask
@@ -190,3 +191,87 @@ def test_the_route_memory_forgets_when_full_and_when_rules_change():
     assert 0 < len(memory._known) <= 3
     app.url_map.add(type(next(app.url_map.iter_rules()))("/late", endpoint="late"))
     assert memory._known == {}
+
+
+def _bound(routes, environ: dict, **kwargs: Any) -> tuple:  # noqa: ANN001 - a werkzeug Map
+    """What ``routes.bind_to_environ`` made of ``environ``: the adapter's fields, or the error."""
+    try:
+        adapter = routes.bind_to_environ(environ, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - compared, not handled
+        return (type(exc), str(exc))
+    return tuple(
+        getattr(adapter, name)
+        for name in (
+            "server_name", "script_name", "subdomain", "url_scheme", "path_info",
+            "default_method", "query_args", "websocket",
+        )
+    )  # fmt: skip
+
+
+def test_the_app_binds_its_routes_to_a_request_as_werkzeug_does():
+    """api.App's URL map keeps what it worked out from where a request came from
+    (_Routes.bind_to_environ); first or repeated, each request is bound as Werkzeug
+    binds it: host or server address, ports, IDNA, websocket upgrades, script names,
+    paths and queries in latin-1, host matching, a subdomain or a server name given."""
+    from werkzeug.routing import Map
+    from werkzeug.test import EnvironBuilder
+
+    from api import App
+
+    def environs() -> list[dict]:
+        made = [
+            EnvironBuilder(path="/api/v1/agents/x/completions", method="POST").get_environ(),
+            EnvironBuilder(path="/a", base_url="http://Example.COM:80/").get_environ(),
+            EnvironBuilder(path="/a", base_url="https://example.com:443/app/").get_environ(),
+            EnvironBuilder(
+                path="/a", base_url="https://example.com:8443/", query_string="q=1&r=é"
+            ).get_environ(),
+            EnvironBuilder(path="/caf\u00e9", base_url="http://b\u00fccher.example/").get_environ(),
+            EnvironBuilder(
+                path="/ws", headers={"Connection": "keep-alive, Upgrade", "Upgrade": "websocket"}
+            ).get_environ(),
+            EnvironBuilder(
+                path="/ws", base_url="https://h/", headers={"Connection": "upgrade", "Upgrade": "WebSocket"}
+            ).get_environ(),
+        ]
+        no_host = EnvironBuilder(path="/a").get_environ()
+        del no_host["HTTP_HOST"]
+        no_query = EnvironBuilder(path="/a").get_environ()
+        del no_query["QUERY_STRING"], no_query["PATH_INFO"]
+        one = EnvironBuilder(path="/a").get_environ()
+        # each value the binding depends on, changed alone
+        varied = (
+            [
+                {**one, "HTTP_HOST": host, "wsgi.url_scheme": scheme}
+                for host in ("h:443", "h:80", "H")
+                for scheme in ("http", "https")
+            ]
+            + [
+                {**one, "HTTP_CONNECTION": connection, "HTTP_UPGRADE": upgrade}
+                for connection in ("upgrade", "keep-alive")
+                for upgrade in ("websocket", "h2c")
+            ]
+            + [
+                {**no_host, "SERVER_NAME": name, "SERVER_PORT": port}
+                for name in ("::1", "s.example")
+                for port in ("8080", "80", "unix")
+            ]
+            + [{**one, "SCRIPT_NAME": script} for script in ("", "/app", "/caf\u00c3\u00a9")]
+        )
+        return [*made, no_host, no_query, *varied]
+
+    for options in ({}, {"host_matching": True}, {"default_subdomain": "www"}):
+        ours, theirs = App("ours").url_map_class(**options), Map(**options)
+        for subdomain, server_name in ((None, None), ("", None), ("api", None), (None, "example.com")):
+            for n in range(4):
+                if n == 2:  # Flask sets these after making the map
+                    ours.default_subdomain = theirs.default_subdomain = "www2"
+                if n == 3:
+                    ours.host_matching = theirs.host_matching = not options.get("host_matching")
+                for environ in environs():
+                    mine, werkzeugs = (
+                        _bound(routes, environ, server_name=server_name, subdomain=subdomain)
+                        for routes in (ours, theirs)
+                    )
+                    assert mine == werkzeugs, environ
+        assert ours._origins  # it did remember
