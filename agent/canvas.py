@@ -191,8 +191,9 @@ class Canvas:
 
         Everything a load sets is set again; a component is kept as an object only if a
         load would build it the same way (the base class's constructor, shared read-only
-        params) and a run added nothing to it, and is then cleared (what a run set is
-        gone); any other is built anew, as a load builds it.
+        params) and a run added nothing to it but what its params alone decide (its
+        ``param_derived`` attributes), and is then cleared (what a run set is gone); any
+        other is built anew, as a load builds it.
         """
         self._start_fresh(limits, services)
         self._pristine, self._plain = text, True
@@ -203,10 +204,11 @@ class Canvas:
         plain_attrs = _component_attrs()
         for cid, cpn in self.components.items():
             cls, param = type(cpn), cpn._param
+            attrs = vars(cpn).keys()
             if (
                 cls.__init__ is ComponentBase.__init__
                 and is_shared(param)
-                and vars(cpn).keys() == plain_attrs
+                and (attrs == plain_attrs or attrs - cls.param_derived == plain_attrs)
             ):
                 cpn.clear()  # its canvas (this one), id, params and DSL entry are the same
             else:
@@ -270,6 +272,8 @@ class Canvas:
         self.variables = _declared_variables(dsl.get("variables"))
 
         self.dsl = dsl
+        # (the components, their JSON): see _dumps(); a reload keeps it with the DSL.
+        self._components_json: tuple[dict, str] | None = None
         self._build_components(components)
         self._take_state(dsl)
 
@@ -475,7 +479,7 @@ class Canvas:
         can take it."""
         snapshot = self.to_dict()
         self._written = None
-        text, plain = jsonio.dumps_plain(snapshot)
+        text, plain = self._dumps(snapshot)
         if len(text) > self.limits.max_snapshot_bytes:
             raise SnapshotTooLarge(
                 f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
@@ -486,6 +490,28 @@ class Canvas:
             state = jsonio.dumps({k: snapshot[k] for k in _KEPT_AS_TEXT if k in snapshot})
             self._written = (text, snapshot, state)
         return text
+
+    def _dumps(self, snapshot: dict) -> tuple[str, bool]:
+        """:func:`jsonio.dumps_plain` of ``snapshot`` (:meth:`to_dict`), the same text, with
+        the JSON of the components written once per canvas: a run never changes the DSL,
+        so a kept canvas's next turns write the same components (a fifth of the snapshot,
+        and where its non-ASCII text usually is, which makes the rest slow to decode)."""
+        if next(iter(snapshot)) != "components":  # written in their place by one call
+            return jsonio.dumps_plain(snapshot)
+        components = snapshot["components"]
+        written = self._components_json
+        if written is None or written[0] is not components:
+            inner = jsonio.dumps_orjson([components])  # at the depth they have in the snapshot
+            if inner is None:
+                return jsonio.dumps_plain(snapshot)
+            written = self._components_json = (components, inner[1:-1])
+        rest = dict(snapshot)
+        del rest["components"]
+        tail = jsonio.dumps_orjson(rest)
+        if tail is None:
+            return jsonio.dumps_plain(snapshot)
+        # orjson writes an object as its members in order: the components first, then the rest's.
+        return f'{{"components":{written[1]}{"," if len(tail) > 2 else ""}{tail[1:]}', True
 
     def keep(self, text: str) -> KeptCanvas | None:
         """This canvas as ``text`` holds it, ``text`` being its ``str()`` (just stored),

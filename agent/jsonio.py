@@ -26,10 +26,18 @@ def dumps(value: Any) -> str:
 
 def dumps_plain(value: Any) -> tuple[str, bool]:
     """:func:`dumps`, and whether orjson wrote it (``False``: the standard library did)."""
+    text = dumps_orjson(value)
+    if text is not None:
+        return text, True
+    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")), False
+
+
+def dumps_orjson(value: Any) -> str | None:
+    """:func:`dumps` as orjson writes it; ``None`` for a value only the standard library writes."""
     try:
-        return orjson.dumps(value, default=_default).decode("utf-8"), True
+        return orjson.dumps(value, default=_default).decode("utf-8")
     except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")), False
+        return None
 
 
 def loads(text: str | bytes) -> Any:

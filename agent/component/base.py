@@ -198,6 +198,9 @@ class ComponentBase:
     #: The ``node_finished`` event waits until the component calls
     #: ``canvas.component_finished`` (a container whose body runs after it).
     finishes_later: ClassVar[bool] = False
+    #: Attributes a component sets that its (shared, read-only) params alone decide,
+    #: worked out once and then kept: a kept canvas's reload keeps them with the component.
+    param_derived: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, canvas: Canvas, cpn_id: str, param: ComponentParamBase, entry: dict):
         # The canvas holds its components; a component reaches its canvas through a weak

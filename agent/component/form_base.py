@@ -46,6 +46,7 @@ class _Form:
 
 class FormComponent(ComponentBase):
     is_form = True
+    param_derived = frozenset({"_form"})
 
     def form(self) -> dict[str, dict]:
         """The form's fields, worked out once per params object: once per process for

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agent import jsonio
 from agent.canvas import Canvas
+from agent.component.form_base import _FORMS
 from agent.errors import InputError, UsageError
 from tests.agent.test_forms import form_dsl
 
@@ -133,19 +134,34 @@ def test_the_property_sees_pauses_answers_and_rejections():
 
 
 def _attributes(canvas):
-    """What a canvas and its components hold, as comparable values (objects by type)."""
+    """What a canvas and its components hold, as comparable values (objects by type);
+    without what the DSL alone decides, worked out once and kept (see _check_derived)."""
 
     def value(v):
         if callable(v) or type(v).__module__.startswith("agent.") and not isinstance(v, (dict, list)):
             return type(v).__name__
         return v
 
-    own = {k: value(v) for k, v in vars(canvas).items() if k not in ("_finished_late", "_started_late")}
+    skipped = ("_finished_late", "_started_late", "_components_json")
+    own = {k: value(v) for k, v in vars(canvas).items() if k not in skipped}
     own["components"] = {
-        cid: {k: value(v) for k, v in vars(cpn).items() if k != "_canvas"}
+        cid: {k: value(v) for k, v in vars(cpn).items() if k != "_canvas" and k not in cpn.param_derived}
         for cid, cpn in canvas.components.items()
     }
     return own
+
+
+def _check_derived(canvas):
+    """What a kept canvas keeps of its DSL is what its DSL gives: the components' JSON,
+    and each form's worked-out form (its params' own, shared)."""
+    written = canvas._components_json
+    if written is not None:
+        assert written[0] is canvas.dsl["components"]
+        assert written[1] == jsonio.dumps(canvas.dsl["components"])
+    for cpn in canvas.components.values():
+        assert set(vars(cpn)) & cpn.param_derived <= {"_form"}
+        if "_form" in vars(cpn):
+            assert cpn._form is _FORMS[cpn._param]
 
 
 def test_a_kept_canvas_loads_as_the_snapshot_would():
@@ -162,12 +178,13 @@ def test_a_kept_canvas_loads_as_the_snapshot_would():
                 continue
             plain = str(canvas)
             text = canvas.dump(keepable=True)
-            assert text == plain  # the same text
+            assert text == plain == jsonio.dumps_plain(canvas.to_dict())[0]  # the same text
             services = {"a": 1}
             kept = canvas.keep(text)
             assert kept is not None
             canvas = kept.load(services=services)
             assert _attributes(canvas) == _attributes(Canvas(text, services=services))
+            _check_derived(canvas)
 
 
 def test_what_only_the_standard_library_reads_or_writes_is_not_kept():
@@ -186,3 +203,35 @@ def test_what_only_the_standard_library_reads_or_writes_is_not_kept():
     assert loaded.keep(loaded.dump(keepable=True)) is None  # it holds nan where str() writes null
     again = Canvas(str(loaded))
     assert again.keep(again.dump(keepable=True)) is not None
+
+
+def test_the_snapshot_text_is_what_one_json_call_writes():
+    """dump() writes the components' JSON once per canvas and the rest each time: the text
+    is the one json call's, whatever the members' order, and what only the standard
+    library writes is written by it whole, as before."""
+    dsl = sample("intake_form")["dsl"]
+    canvas = Canvas(json.dumps(dsl))
+    for kind, payload in [("query", "hi"), ("inputs", {"name": "Ann", "age": 41, "plan": "pro"})]:
+        list(canvas.run(**({"query": payload} if kind == "query" else {"inputs": payload})))
+        for _ in range(2):  # the components' JSON written, then reused
+            assert canvas.dump() == jsonio.dumps_plain(canvas.to_dict())[0]
+    assert canvas._components_json[0] is canvas.dsl["components"]
+    canvas.globals["sys.big"] = 2**70  # the rest only the standard library writes
+    assert canvas.dump() == jsonio.dumps_plain(canvas.to_dict())[0]
+    assert canvas.dump().startswith('{"components":{"begin":')
+    history_first = Canvas(json.dumps({"history": [], **dsl}))
+    assert history_first.dump() == jsonio.dumps_plain(history_first.to_dict())[0]
+    assert history_first.dump().startswith('{"history":[],"components":')
+    big = Canvas(
+        {
+            **dsl,
+            "components": {
+                **dsl["components"],
+                "x": {"obj": {"component_name": "Message", "params": {"content": ["hi"], "n": 2**70}}},
+            },
+        }
+    )
+    assert big.dump() == jsonio.dumps_plain(big.to_dict())[0]
+    assert big._components_json is None  # written whole by the standard library
+    only = Canvas(json.dumps({"components": dsl["components"], "path": [], "history": [], "retrieval": []}))
+    assert only.dump() == jsonio.dumps_plain(only.to_dict())[0]
