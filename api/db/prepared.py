@@ -12,6 +12,7 @@ Values are passed as the database wants them (``int``, ``str``, ``bool``,
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,15 @@ def mark(name: str) -> Value:
     return Value(_MARK + name, converter=False)
 
 
+def _binder(slots: list[tuple[bool, Any]]) -> Callable[[dict[str, Any]], tuple | list]:
+    """What makes a statement's parameters from its named values: ``slots`` holds, in
+    order, ``(True, name)`` for a value bound at execution, ``(False, value)`` for one
+    fixed when the SQL was built."""
+    if len(slots) > 1 and all(named for named, _ in slots):
+        return operator.itemgetter(*(name for _, name in slots))  # one C call
+    return lambda values: [values[v] if named else v for named, v in slots]
+
+
 class Prepared:
     """A statement built once per database by ``build(mark)``.
 
@@ -36,9 +46,11 @@ class Prepared:
 
     def __init__(self, build: Callable[[Callable[[str], Value]], Query]):
         self._build = build
-        self._compiled: dict[int, tuple[Any, str, list]] = {}
+        #: id of a database -> (the database, SQL, its binder, the database's ``defer`` or None)
+        self._compiled: dict[int, tuple[Any, str, Callable, Callable | None]] = {}
 
-    def _sql(self) -> tuple[Any, str, list]:
+    def _prepare(self) -> tuple[Any, str, Callable, Callable | None]:
+        """This statement for the database the models use now (built on first use)."""
         database = db.obj
         entry = self._compiled.get(id(database))
         if entry is None or entry[0] is not database:
@@ -48,18 +60,14 @@ class Prepared:
                 (True, p[len(_MARK) :]) if isinstance(p, str) and p.startswith(_MARK) else (False, p)
                 for p in params
             ]
-            entry = (database, sql, slots)
+            entry = (database, sql, _binder(slots), getattr(database, "defer", None))
             self._compiled[id(database)] = entry
         return entry
 
-    def _params(self, slots: list, values: dict[str, Any]) -> list:
-        return [values[v] if named else v for named, v in slots]
-
     def execute(self, **values: Any) -> int:
         """Run it; the number of rows matched (UPDATE) or written (INSERT)."""
-        _, sql, slots = self._sql()
-        cursor = db.execute_sql(sql, self._params(slots, values))
-        return cursor.rowcount
+        database, sql, bind, _ = self._prepare()
+        return database.execute_sql(sql, bind(values)).rowcount
 
     def send(self, **values: Any) -> Sent:
         """Run a write as part of the open transaction without waiting for its answer
@@ -70,22 +78,20 @@ class Prepared:
         of the write is raised by a later statement or the ``COMMIT``, and the
         transaction is lost.
         """
-        _, sql, slots = self._sql()
-        params = self._params(slots, values)
-        defer = getattr(db.obj, "defer", None)
+        database, sql, bind, defer = self._prepare()
         if defer is None:
-            return Sent(None, db.execute_sql(sql, params).rowcount)
-        return defer(sql, params)
+            return Sent(None, database.execute_sql(sql, bind(values)).rowcount)
+        return defer(sql, bind(values))
 
     def row(self, **values: Any) -> tuple | None:
         """Run a SELECT and return its first row as a tuple of the selected columns."""
-        _, sql, slots = self._sql()
-        rows = db.execute_sql(sql, self._params(slots, values)).fetchall()
+        database, sql, bind, _ = self._prepare()
+        rows = database.execute_sql(sql, bind(values)).fetchall()
         return rows[0] if rows else None
 
     def first(self, model: type[Model], **values: Any) -> Model | None:
         """Run a SELECT and return its first row as a ``model`` instance, or ``None``."""
-        _, sql, slots = self._sql()
-        for row in model.raw(sql, *self._params(slots, values)):
+        _, sql, bind, _ = self._prepare()
+        for row in model.raw(sql, *bind(values)):
             return row
         return None
