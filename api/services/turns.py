@@ -851,12 +851,11 @@ class TurnService:
                     error_type=type(exc).__name__,
                 )
         now = now_ms()
-        usage = _usage_delta(canvas, result, claim.usage_before)
         values: dict[str, Any] = {
             "now": now,
             "id": claim.session_id,
             "version": claim.version,
-            **{key: int(usage.get(key) or 0) for key in _USAGE_KEYS},
+            **_usage_delta(canvas, result, claim.usage_before),
         }
         leased = claim.owner is not None
         if leased:
@@ -864,7 +863,7 @@ class TurnService:
         else:
             values["task_id"] = claim.task_id
         same_task = None
-        rows: list[dict] = []
+        exchange: dict[str, Any] | None = None  # the values of _APPEND_EXCHANGE
         used_files: list[str] = []
         if snapshot is not None:
             pending = canvas.pending_form()
@@ -873,9 +872,10 @@ class TurnService:
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
             )
-            rows = _log_rows(claim, req, result, now, canvas.accepted_inputs, canvas.accepted_files)
+            exchange, values["bytes"] = _log_rows(
+                claim, req, result, now, canvas.accepted_inputs, canvas.accepted_files
+            )
             used_files = files_of_turn(canvas.accepted_files, canvas.accepted_inputs)
-            values["bytes"] = sum(_stored_bytes(row) for row in rows)
             values["round"] = claim.round + 1
             save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
             if not leased and claim.resumed:
@@ -890,7 +890,6 @@ class TurnService:
                 same_task = _SAVE_FAILED_TURN_UNLEASED_SAME_TASK
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
-        exchange_values = {f"{k}{i}": v for i, row in enumerate(rows) for k, v in row.items()}
         with write_transaction():
             if snapshot is not None and not claim.rewound:
                 # The state the turn ran from, copied before the UPDATE replaces it (where
@@ -900,8 +899,8 @@ class TurnService:
             # three on MySQL (Prepared.send), answered when the UPDATE's count is read;
             # if it matched nothing, the messages are rolled back with the transaction.
             update = (same_task or save).send(**values)
-            if rows and not claim.rewound:
-                _APPEND_EXCHANGE.send(**exchange_values)
+            if exchange is not None and not claim.rewound:
+                _APPEND_EXCHANGE.send(**exchange)
             matched = update.rowcount
             if matched != 1 and same_task is not None:
                 matched = save.execute(**values)  # see _claim_or_save
@@ -916,28 +915,30 @@ class TurnService:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
-            if rows and claim.rewound:
-                _APPEND_EXCHANGE.execute(**exchange_values)
+            if exchange is not None and claim.rewound:
+                _APPEND_EXCHANGE.execute(**exchange)
             if used_files:
                 # The session keeps the files it used until it is swept (api.services.files).
                 record_session_files(claim.session_id, used_files)
             if snapshot is not None and canvas.memory_writes:
                 # Keyed memory is part of the turn: committed with it or not at all.
                 _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
-            exchange, saved = None, []
+            saved_exchange, saved = None, []
             if result.status == "succeeded" and canvas.memory_saves:
                 # RAGFlow's "save to memory" (a Message's memory_ids): the raw exchange now.
-                exchange = {
+                saved_exchange = {
                     "agent_id": req.agent_id,
                     "session_id": claim.session_id,
                     "user_id": req.user_id or req.end_user or "",
                     "user_input": req.query or "",
                     "agent_response": result.answer,
                 }
-                saved = memories.save_exchange(req.tenant_id, canvas.memory_saves, exchange, strict=False)
+                saved = memories.save_exchange(
+                    req.tenant_id, canvas.memory_saves, saved_exchange, strict=False
+                )
         if saved:
             # What the Memories' LLMs extract comes after, outside the turn's latency.
-            self.extractor.submit(req.tenant_id, saved, exchange)
+            self.extractor.submit(req.tenant_id, saved, saved_exchange)
         if snapshot is not None and self.canvases.enabled:
             # Committed: the canvas is version + 1 of the session, for its next turn here
             # (handed over: the last thing this turn does with it).
@@ -1186,6 +1187,7 @@ _SAVE_TURN_UNLEASED = _save(succeeded=True, leased=False)
 _SAVE_FAILED_TURN_UNLEASED = _save(succeeded=False, leased=False)
 _SAVE_TURN_UNLEASED_SAME_TASK = _save(succeeded=True, leased=False, same_task=True)
 _SAVE_FAILED_TURN_UNLEASED_SAME_TASK = _save(succeeded=False, leased=False, same_task=True)
+# The columns of a message-log row; _log_rows names its values "<column><row number>".
 _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
 _APPEND_EXCHANGE = Prepared(
     lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])
@@ -1246,10 +1248,7 @@ def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
     if not usage and canvas.turn:
         usage = canvas.turn.get("usage")
     usage = usage or {}
-    return {
-        k: int(usage.get(k) or 0) - int(before.get(k) or 0)
-        for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-    }
+    return {k: int(usage.get(k) or 0) - int(before.get(k) or 0) for k in _USAGE_KEYS}
 
 
 def _undo_event(session_id: str, task_id: str) -> dict:
@@ -1278,15 +1277,19 @@ def _undo_event(session_id: str, task_id: str) -> dict:
     }
 
 
-def _stored_bytes(row: dict) -> int:
-    """What a message-log row counts against ``session.max_transcript_bytes``."""
-    return len((row.get("content") or "").encode("utf-8")) + len((row.get("meta") or "").encode("utf-8"))
+def _utf8_bytes(text: str | None) -> int:
+    """The length of ``text`` in UTF-8 (an ASCII text's is its length: nothing is encoded)."""
+    if not text:
+        return 0
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _log_rows(
     claim: _Claim, req: TurnRequest, result: TurnResult, now: int, accepted_inputs: dict, files: list
-) -> list[dict]:
-    """The message-log rows of a completed or paused turn: the user's, then the assistant's."""
+) -> tuple[dict[str, Any], int]:
+    """The message-log rows of a completed or paused turn, the user's then the assistant's,
+    as :data:`_APPEND_EXCHANGE` takes them (``<column><row number>``), and the bytes they
+    count against ``session.max_transcript_bytes`` (their content and meta)."""
     message_id = result.final_event.get("message_id", "")
     round_no = claim.round + 1
     # The answers as the form accepted them (``"41"`` for an integer is logged as 41).
@@ -1302,26 +1305,32 @@ def _log_rows(
     elif (reference := (result.final_event.get("data") or {}).get("reference")) is not None:
         # The cited chunks, as RAGFlow lists them with a message of the transcript.
         assistant_meta = {"reference": reference.get("chunks") or []}
-    return [
-        {
-            "session_id": claim.session_id,
-            "round": round_no,
-            "role": "user",
-            "content": req.query or "",
-            "message_id": message_id,
-            "meta": jsonio.dumps(user_meta) if user_meta else None,
-            "create_time": now,
-        },
-        {
-            "session_id": claim.session_id,
-            "round": round_no,
-            "role": "assistant",
-            "content": assistant,
-            "message_id": message_id,
-            "meta": jsonio.dumps(assistant_meta) if assistant_meta else None,
-            "create_time": now,
-        },
-    ]
+    query = req.query or ""
+    user_meta_text = jsonio.dumps(user_meta) if user_meta else None
+    assistant_meta_text = jsonio.dumps(assistant_meta) if assistant_meta else None
+    rows = {
+        "session_id0": claim.session_id,
+        "round0": round_no,
+        "role0": "user",
+        "content0": query,
+        "message_id0": message_id,
+        "meta0": user_meta_text,
+        "create_time0": now,
+        "session_id1": claim.session_id,
+        "round1": round_no,
+        "role1": "assistant",
+        "content1": assistant,
+        "message_id1": message_id,
+        "meta1": assistant_meta_text,
+        "create_time1": now,
+    }
+    stored = (
+        _utf8_bytes(query)
+        + _utf8_bytes(user_meta_text)
+        + _utf8_bytes(assistant)
+        + _utf8_bytes(assistant_meta_text)
+    )
+    return rows, stored
 
 
 def blocking_event(result: TurnResult, session_id: str) -> dict:
