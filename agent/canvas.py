@@ -175,6 +175,10 @@ class Canvas:
             (``max_seconds`` and the cancel flag); every component's waits obey it.
         sleep: how retries wait; by default ``deadline.sleep`` (wakes for a cancel,
             stops at the deadline). Tests may replace it.
+        stop_before: for a run without trace (``run(trace=False)``), asked with each
+            component before it runs: its ``node_started`` event is yielded only when
+            this says so, the host's chance to act before the component runs (the turn
+            service takes its lease there). ``None``: no ``node_started`` event.
         warnings: load-time warnings (e.g. unreachable components).
     """
 
@@ -224,6 +228,7 @@ class Canvas:
         self.limits = limits or Limits()
         self.services: dict[str, Any] = dict(services or {})
         self.cancel_check: Callable[[], bool] | None = None
+        self.stop_before: Callable[[ComponentBase], bool] | None = None
         self._file_markers: dict[str, dict] | None = None
         #: The form answers the last ``run()`` accepted, converted to their types.
         self.accepted_inputs: dict = {}
@@ -777,7 +782,8 @@ class Canvas:
         """Run one turn (or resume a paused form); yields the events of docs/design.md §4.
 
         ``trace=False`` leaves out the ``node_finished`` events (their inputs and
-        outputs made into JSON), for a caller that would drop them: a blocking turn.
+        outputs made into JSON), for a caller that would drop them: a blocking turn;
+        and the ``node_started`` events but those ``stop_before`` asks for.
 
         Raises (before any state changes):
             InputError: ``inputs`` do not fit the pending form (or Begin's form).
@@ -997,8 +1003,10 @@ class Canvas:
                 if cpn.is_form and not cpn.data.pop("resuming", False):
                     cpn.start_form()
                 t0 = _monotonic()
-                now = int(_time())
-                yield self._event("node_started", self._node_data(cpn, now), now)
+                stop_before = self.stop_before
+                if trace or (stop_before is not None and stop_before(cpn)):
+                    now = int(_time())
+                    yield self._event("node_started", self._node_data(cpn, now), now)
                 try:
                     if spans:
                         with telemetry.node_span(cid, cpn.component_name):

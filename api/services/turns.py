@@ -52,6 +52,7 @@ from peewee import SQL, Case, PeeweeException
 
 from agent import jsonio
 from agent.canvas import Canvas, KeptCanvas
+from agent.component import ComponentBase
 from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
@@ -232,12 +233,6 @@ class _Run:
     events: Iterator[dict]
     held: list[dict] = field(default_factory=list)  # the ending events, released after the commit
     parts: list[str] = field(default_factory=list)  # the answer's chunks
-
-
-def _side_effect_free(canvas: Canvas, node_started: dict) -> bool:
-    """Whether the component a ``node_started`` event announces may run without the lease."""
-    cpn = canvas.components.get(node_started["data"].get("component_id"))
-    return cpn is not None and cpn.side_effect_free
 
 
 class TurnService:
@@ -662,10 +657,17 @@ class TurnService:
         or ``None`` when the run ended without one.
         """
         give_up = time.monotonic() + UNLEASED_SECONDS
+
+        def needs_lease(cpn: ComponentBase | None) -> bool:
+            return cpn is None or not cpn.side_effect_free or time.monotonic() > give_up
+
+        # A run without trace (a blocking turn) announces only the components that need
+        # the lease; after this, none (the lease is held, or the run is over).
+        canvas.stop_before = needs_lease
         try:
             for event in run.events:
-                if event["event"] == "node_started" and (
-                    not _side_effect_free(canvas, event) or time.monotonic() > give_up
+                if event["event"] == "node_started" and needs_lease(
+                    canvas.components.get(event["data"].get("component_id"))
                 ):
                     return event
                 self._take_event(turn, run, event)
@@ -674,6 +676,8 @@ class TurnService:
             run.held = [
                 _failure_event(canvas, f"internal error: {type(exc).__name__}: {exc}", "InternalError")
             ]
+        finally:
+            canvas.stop_before = None
         return None
 
     def _run_leased(self, turn: Turn, canvas: Canvas, run: _Run, claim: _Claim) -> None:

@@ -326,10 +326,11 @@ def test_the_iteration_reports_node_finished_once_when_its_body_is_done():
     ] == [[]]
 
 
-def test_a_run_without_trace_has_the_same_answer_and_state_without_node_finished():
+def test_a_run_without_trace_has_the_same_answer_and_state_without_node_events():
     """``trace=False`` (a blocking turn) leaves out the ``node_finished`` events, those of a
-    container that finishes late included; the answer, the ending event and the saved
-    state are those of a traced run."""
+    container that finishes late included, and the ``node_started`` ones (no
+    ``stop_before``); the answer, the ending event and the saved state are those of a
+    traced run."""
     runs = {}
     for trace in (True, False):
         canvas = Canvas(iteration_dsl())
@@ -340,8 +341,36 @@ def test_a_run_without_trace_has_the_same_answer_and_state_without_node_finished
     assert [e for e in untraced if e["event"] == "node_finished"] == []
     assert answer(untraced) == answer(traced) == '0=a\n\n1=b\n\n2=c\n\nDone: ["0=a", "1=b", "2=c"]'
     assert final(untraced)["status"] == "succeeded"
-    assert [e["event"] for e in untraced] == [e["event"] for e in traced if e["event"] != "node_finished"]
+    assert [e["event"] for e in untraced] == [
+        e["event"] for e in traced if e["event"] not in ("node_started", "node_finished")
+    ]
     assert _without_times(runs[False][1]) == _without_times(runs[True][1])
+
+
+def test_a_run_without_trace_announces_the_components_stop_before_asks_for():
+    """``stop_before`` is asked before each component runs, in the order a traced run
+    announces them; only those it answers true for get their ``node_started``, in place."""
+    traced = list(Canvas(iteration_dsl()).run(query="go"))
+    canvas = Canvas(iteration_dsl())
+    asked = []
+
+    def stop_before(cpn):
+        asked.append(cpn.id)
+        return cpn.component_name == "Message"
+
+    canvas.stop_before = stop_before
+    untraced = list(canvas.run(query="go", trace=False))
+    started = [e["data"]["component_id"] for e in traced if e["event"] == "node_started"]
+    assert asked == started
+    messages = [c for c in started if canvas.components[c].component_name == "Message"]
+    assert messages and len(messages) < len(started)
+    assert [e["data"]["component_id"] for e in untraced if e["event"] == "node_started"] == messages
+    assert [e["event"] for e in untraced] == [
+        e["event"]
+        for e in traced
+        if e["event"] != "node_finished"
+        and (e["event"] != "node_started" or e["data"]["component_id"] in messages)
+    ]
 
 
 def _without_times(value):

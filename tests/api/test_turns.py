@@ -6,8 +6,11 @@ import json
 import threading
 import time
 
+import pytest
+
 from api.db import MessageLog, Session, now_ms
-from api.services.turns import turn_service
+from api.services import turns
+from api.services.turns import TurnService, turn_service
 from tests.api.components import PURE_GATE_ENTERED
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse
 
@@ -142,6 +145,38 @@ def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
         "session_id": session_id,
         "cancelled": False,
     }
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streamed"])
+@pytest.mark.parametrize("unleased_seconds", [turns.UNLEASED_SECONDS, 0.0], ids=["default", "none"])
+def test_a_turn_without_effects_takes_the_lease_only_after_unleased_seconds(
+    api: Api, monkeypatch, stream, unleased_seconds
+):
+    """Side-effect-free components run without the lease for ``UNLEASED_SECONDS``; past
+    that the turn takes it before its next component, blocking or streamed alike."""
+    taken = []
+    take_lease = TurnService._take_lease
+
+    def spy(self, claim, *args):
+        taken.append(claim.session_id)
+        return take_lease(self, claim, *args)
+
+    monkeypatch.setattr(TurnService, "_take_lease", spy)
+    monkeypatch.setattr(turns, "UNLEASED_SECONDS", unleased_seconds)
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    if stream:
+        frames = api.ask_stream(agent_id, session_id, "hi")
+        assert frames[-2]["event"] == "message_end"
+        assert (
+            "".join(f["data"]["content"] for f in frames if f != "[DONE]" and f["event"] == "message")
+            == "echo: hi"
+        )
+    else:
+        assert api.ask(agent_id, session_id, "hi").json["data"]["data"]["content"] == "echo: hi"
+    assert taken == ([] if unleased_seconds else [session_id])
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 1 and session["status"] == "idle"
 
 
 def test_a_turn_without_effects_that_loses_the_race_is_busy_and_saves_nothing(api: Api):
