@@ -805,11 +805,12 @@ class Canvas:
                 )
             form = pending.form()
             accepted, errors = check_answers(form, inputs, self.limits.max_value_bytes, self.resolve_files)
-            self._check_file_totals(form, accepted, [], errors)
+            self._check_file_totals(pending.file_fields(), accepted, [], errors)
             if errors:
                 raise InputError(_errors_message(pending.id, errors), errors)
             return self._run(resume=pending, accepted=accepted, trace=trace)
-        accepted, form, errors = {}, {}, {}
+        accepted, errors = {}, {}
+        file_fields: frozenset[str] = frozenset()
         try:
             attached = self.resolve_files(files) if files else []
         except ValueError as e:
@@ -823,7 +824,8 @@ class Canvas:
                 form, inputs, self.limits.max_value_bytes, self.resolve_files
             )
             errors.update(form_errors)
-        self._check_file_totals(form, accepted, attached, errors)
+            file_fields = begin.file_fields()
+        self._check_file_totals(file_fields, accepted, attached, errors)
         if errors:
             raise InputError(_errors_message("begin" if inputs else "the turn", errors), errors)
         return self._run(
@@ -857,13 +859,16 @@ class Canvas:
                 )
         return descriptors
 
-    def _check_file_totals(self, form: dict, accepted: dict, attached: list, errors: dict) -> None:
-        """Files per turn and per session, over everything this call brings in."""
-        if self.services.get("files") is None:
+    def _check_file_totals(
+        self, file_fields: frozenset[str], accepted: dict, attached: list, errors: dict
+    ) -> None:
+        """Files per turn and per session, over everything this call brings in (``file_fields``:
+        the keys of the answered form's file fields)."""
+        if (not attached and not file_fields) or self.services.get("files") is None:
             return
         new = {"files": attached} if attached else {}
         for key, value in accepted.items():
-            if form.get(key, {}).get("type") == "file" and value:
+            if key in file_fields and value:
                 new[key] = value
         if not new:
             return
@@ -885,11 +890,14 @@ class Canvas:
                     f"{self.limits.max_session_file_bytes} (max_session_file_bytes): start a new session",
                 )
 
-    def _take_files(self, accepted: dict, form: dict, attached: list) -> None:
-        """Record the files this call brought in: the turn's list, the session's total."""
+    def _take_files(self, accepted: dict, file_fields: frozenset[str], attached: list) -> None:
+        """Record the files this call brought in: the turn's list, the session's total
+        (``file_fields``: the keys of the answered form's file fields)."""
+        if not attached and not file_fields:
+            return
         new = list(attached)
         for key, value in accepted.items():
-            if form.get(key, {}).get("type") == "file" and isinstance(value, list):
+            if key in file_fields and isinstance(value, list):
                 new.extend(value)
         new = [d for d in new if agent_files.is_descriptor(d)]
         if not new or self.turn is None:
@@ -980,13 +988,14 @@ class Canvas:
         if resume is None:
             self._start_turn(query, user_id, files, accepted, context or {})
             if accepted or files:
-                self._take_files(accepted, self.components["begin"].form() if accepted else {}, files or [])
+                begin_files = self.components["begin"].file_fields() if accepted else frozenset()
+                self._take_files(accepted, begin_files, files or [])
             yield self._event("workflow_started", {"inputs": accepted, "query": query})
         else:
             resume.data.setdefault("answers", {}).update(accepted)
             resume.data["resuming"] = True
             if accepted:
-                self._take_files(accepted, resume.form(), [])
+                self._take_files(accepted, resume.file_fields(), [])
         steps = 0
         i = 0
         max_steps = self.limits.max_steps

@@ -26,10 +26,11 @@ class _Form:
         required: keys of the required fields without a default value (those a
             missing answer pauses the run for), in form order.
         defaulted: whether any field has a default value.
+        file_fields: keys of the ``file`` fields.
         public: the whole form as a ``user_inputs`` event shows it (copied per event).
     """
 
-    __slots__ = ("defaulted", "fields", "public", "required")
+    __slots__ = ("defaulted", "fields", "file_fields", "public", "required")
 
     def __init__(self, fields: dict[str, dict]):
         self.fields = fields
@@ -37,6 +38,7 @@ class _Form:
             k for k, f in fields.items() if not is_optional(f) and f.get("value") in (None, "")
         )
         self.defaulted = any(f.get("value") not in (None, "") for f in fields.values())
+        self.file_fields = frozenset(k for k, f in fields.items() if f.get("type") == "file")
         self.public = public_form(fields)
 
     def missing(self, answers: dict) -> list[str]:
@@ -52,6 +54,10 @@ class FormComponent(ComponentBase):
         """The form's fields, worked out once per params object: once per process for
         params every canvas shares (read-only, so the fields are too)."""
         return self._worked_out().fields
+
+    def file_fields(self) -> frozenset[str]:
+        """The keys of the form's ``file`` fields."""
+        return self._worked_out().file_fields
 
     def _worked_out(self) -> _Form:
         form = self.__dict__.get("_form")
