@@ -228,6 +228,8 @@ def iterate(
             if kind == "end":
                 return
             if kind == "error":
+                if is_timeout(value):
+                    raise_if_spent(wait)  # the transport's timeout was this wait's own end
                 raise value
             yield value
     except BaseException:
@@ -236,6 +238,25 @@ def iterate(
         raise
     finally:
         stop.set()
+
+
+def is_timeout(e: BaseException) -> bool:
+    """Whether ``e`` is a timeout: ``TimeoutError``, or a class of a transport named so."""
+    return isinstance(e, TimeoutError) or any("Timeout" in t.__name__ for t in type(e).__mro__)
+
+
+def raise_if_spent(wait: Deadline) -> None:
+    """Raise ``wait``'s own error when a transport's timeout ended at ``wait``'s end.
+
+    A request's timeout is the time its wait had left, so the transport may give up a
+    moment before the wait is past its end, or report it a moment before the waiting
+    thread looks at the clock; the error must still name the limit that ran out (a turn's
+    ``max_seconds``, an ``llm.timeout_seconds``), not the transport's. A timeout well
+    before the end (a connect timeout) is left to the caller.
+    """
+    left = wait.remaining()
+    if left <= POLL_SECONDS:
+        wait.sleep(left + POLL_SECONDS)
 
 
 def _quietly(fn: Callable[[], Any] | None) -> None:

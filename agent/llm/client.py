@@ -220,9 +220,9 @@ class ChatClient:
                     continue
                 raise self._status_error(e, attempt) from None
             except openai.OpenAIError as e:
-                if isinstance(e, openai.APITimeoutError) or _is_timeout(e):
+                if isinstance(e, openai.APITimeoutError) or deadlines.is_timeout(e):
                     try:
-                        _raise_if_spent(wait)
+                        deadlines.raise_if_spent(wait)
                     except ComponentTimeout as spent:
                         raise self.translate(spent) from None
                 raise self.translate(e) from None
@@ -261,7 +261,7 @@ class ChatClient:
         """An ``openai`` (or transport) exception as an :class:`LLMError`/:class:`LLMTimeout`."""
         if isinstance(e, LLMError):
             return e
-        if isinstance(e, (openai.APITimeoutError, ComponentTimeout)) or _is_timeout(e):
+        if isinstance(e, (openai.APITimeoutError, ComponentTimeout)) or deadlines.is_timeout(e):
             return self._error(
                 LLMTimeout,
                 f"did not answer within {self.config.timeout_seconds:g} s (llm.timeout_seconds)",
@@ -336,7 +336,7 @@ class ChatStream:
         except (openai.OpenAIError, OSError, ComponentTimeout) as e:
             raise self._client.translate(e) from None
         except Exception as e:
-            if _is_timeout(e) or type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
+            if deadlines.is_timeout(e) or type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
                 raise self._client.translate(e) from None
             raise
         finally:
@@ -419,22 +419,6 @@ def _error_detail(e: openai.APIStatusError) -> str:
     except Exception:  # noqa: BLE001 - a streamed body may be unreadable
         text = ""
     return (text or e.message or "").strip()[:500]
-
-
-def _raise_if_spent(wait: Deadline) -> None:
-    """Raise ``wait``'s own error when a transport timeout ended at its end.
-
-    The request's timeout is the time the wait had left, so the transport may give up a
-    moment before the wait itself is past its end; the error must still name the limit
-    that ran out (the turn's ``max_seconds``, or ``llm.timeout_seconds``), not always the
-    latter. A timeout well before the end (a connect timeout) is left to the caller."""
-    left = wait.remaining()
-    if left <= deadlines.POLL_SECONDS:
-        wait.sleep(left + deadlines.POLL_SECONDS)
-
-
-def _is_timeout(e: BaseException) -> bool:
-    return isinstance(e, TimeoutError) or any("Timeout" in t.__name__ for t in type(e).__mro__)
 
 
 def tool_arguments(call: ToolCall) -> dict:

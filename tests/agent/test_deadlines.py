@@ -14,6 +14,8 @@ import time
 import pytest
 
 from agent.canvas import Canvas, Limits
+from agent.deadline import Deadline, iterate
+from agent.errors import DeadlineExceeded
 from tests.agent.dsl_helpers import final, make_dsl, node, run
 from tests.drip_server import DripServer
 from tests.llm_server import LLMServer, text
@@ -126,3 +128,27 @@ def test_an_llm_stream_pausing_longer_than_its_timeout_fails_naming_it(llm):
     ending, _ = timed_run(llm_canvas(llm, max_seconds=600, timeout_seconds=1))
     assert ending["status"] == "failed"
     assert "did not answer within 1 s (llm.timeout_seconds)" in ending["error"]
+
+
+def test_a_transport_timeout_at_the_turns_end_names_the_turns_limit():
+    # A stream's read timeout is the time the turn had left; the transport's error can be
+    # waiting in the reader's queue a moment before the reader looks at the clock (a busy
+    # machine in CI). The turn's limit ran out: that is what the error names.
+    def stream():
+        yield "first"
+        time.sleep(0.4)
+        raise TimeoutError("read timed out")
+
+    deadline = Deadline(0.45)
+    with pytest.raises(DeadlineExceeded, match=r"the turn ran longer than 0.45 s \(limit max_seconds\)"):
+        for _ in iterate(deadline, stream(), idle_seconds=10, idle_limit="llm.timeout_seconds"):
+            time.sleep(0.44)  # the reader is busy until just before the end
+
+
+def test_a_transport_timeout_well_before_the_end_is_the_transports():
+    def stream():
+        raise TimeoutError("connect timed out")
+        yield  # a generator
+
+    with pytest.raises(TimeoutError, match="connect timed out"):
+        list(iterate(Deadline(30), stream()))

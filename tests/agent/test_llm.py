@@ -351,12 +351,11 @@ def test_a_transport_timeout_at_the_deadline_names_the_limit_that_ran_out():
     give up a hair before the deadline itself: the error must still name the limit that ran
     out (the turn's ``max_seconds``, else ``llm.timeout_seconds``), not always the latter.
     (Seen in CI: a Retrieval turn with max_seconds=1 answered 'did not answer within 10 s'.)"""
-    from agent.deadline import Deadline
+    from agent.deadline import Deadline, raise_if_spent
     from agent.errors import ComponentTimeout, DeadlineExceeded
-    from agent.llm.client import _raise_if_spent
 
     with pytest.raises(DeadlineExceeded, match="max_seconds"):
-        _raise_if_spent(Deadline(0.05).within(10, "llm.timeout_seconds"))
+        raise_if_spent(Deadline(0.05).within(10, "llm.timeout_seconds"))
     with pytest.raises(ComponentTimeout, match="llm.timeout_seconds"):
-        _raise_if_spent(Deadline(60).within(0.05, "llm.timeout_seconds"))
-    _raise_if_spent(Deadline(60).within(10, "llm.timeout_seconds"))  # far from its end: a connect timeout
+        raise_if_spent(Deadline(60).within(0.05, "llm.timeout_seconds"))
+    raise_if_spent(Deadline(60).within(10, "llm.timeout_seconds"))  # far from its end: a connect timeout
