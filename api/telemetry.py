@@ -104,7 +104,19 @@ class Metrics:
                 ["outcome"],
             )
         )
+        # outcome -> (its child of ``turns``, its child of ``turn_seconds``)
+        self._turn_metrics: dict[str, tuple[Any, Any]] = {}
         agent_telemetry.observe_llm_calls(self._llm_call)
+
+    def turn_metrics(self, outcome: str) -> tuple[Any, Any]:
+        """The children of ``turns`` and ``turn_seconds`` that count turns ending ``outcome``."""
+        found = self._turn_metrics.get(outcome)
+        if found is None:
+            found = self._turn_metrics[outcome] = (
+                self.turns.labels(outcome),
+                self.turn_seconds.labels(outcome),
+            )
+        return found
 
     def _llm_call(self, provider: str, model: str, usage: dict | None, error: BaseException | None) -> None:
         provider = provider or "default"
@@ -199,6 +211,8 @@ class TurnObserver:
         self.session_id = session_id
         self.task_id = task_id
         self.leased = False
+        # What the turn adds to the log context (:func:`log_context`), made once.
+        self.log_fields = {k: v for k, v in (("task_id", task_id), ("session_id", session_id)) if v}
         self.span = (
             agent_telemetry.tracer.start_span(
                 "turn",
@@ -235,8 +249,9 @@ class TurnObserver:
                 self.span.set_attribute("agentcanvas.outcome", outcome)
             if log.isEnabledFor(logging.INFO):
                 self._log_end(outcome, seconds)
-            m.turns.labels(outcome).inc()
-            m.turn_seconds.labels(outcome).observe(seconds)
+            count, histogram = m.turn_metrics(outcome)
+            count.inc()
+            histogram.observe(seconds)
         if self.span is not None:
             self.span.end()
 
@@ -310,8 +325,9 @@ class _ActiveTurn:
         if turn.span is not None:
             self._span = trace.use_span(turn.span)
             self._span.__enter__()
-        fields = {k: v for k, v in (("task_id", turn.task_id), ("session_id", turn.session_id)) if v}
-        self._token = _context.set({**(_context.get() or {}), **fields})
+        outer = _context.get()
+        fields = turn.log_fields
+        self._token = _context.set({**outer, **fields} if outer else fields)
 
     def __exit__(self, *exc: Any) -> bool | None:
         _context.reset(self._token)
