@@ -153,6 +153,7 @@ def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
     req = turn_request(agent_id, body)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
+    req.trace = return_trace  # without it the stream shows no node event: none is made
     turn = turn_service().start(req, inline=not stream)
     if stream:
         return sse_reply(turn, return_trace, sdk_text=not return_trace)
@@ -175,7 +176,9 @@ def regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     body = json_body(required=False)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
-    turn = turn_service().regenerate(_rewind_request(agent_id, session_id, body), inline=not stream)
+    req = _rewind_request(agent_id, session_id, body)
+    req.trace = return_trace  # as for a completion
+    turn = turn_service().regenerate(req, inline=not stream)
     return sse_reply(turn, return_trace) if stream else blocking_reply(turn)
 
 

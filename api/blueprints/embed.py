@@ -187,6 +187,7 @@ def bot_completions(agent_id: str) -> ResponseReturnValue:
     req.end_user = end_user
     req.release = None  # the page runs the latest release when there is one, else the draft
     req.services = None  # a visitor sets no headers for the tenant's MCP servers
+    req.trace = False  # the page's stream shows no node event (sse_reply without return_trace)
     # An anonymous visitor's message and files are bounded like one form value, not
     # only by the request body limit: they go into the session's history and log.
     limit = turn_service().limits.max_value_bytes
@@ -211,6 +212,7 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
         session_id=session_id,
         invoke_from="embed",
         end_user=end_user,
+        trace=False,  # the page's stream shows no node event
     )
     stream = flag(body.get("stream"), "stream", default=True)
     return _bot_reply(embed.EndUserTurn(turn_service().regenerate(req, inline=not stream)), stream)

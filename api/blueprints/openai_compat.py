@@ -123,6 +123,7 @@ def _read_request(agent_id: str, body: dict) -> tuple[TurnRequest, bool, str, bo
         invoke_from="openai",
         # The latest release when there is one, else the draft; ``release`` as on /completions.
         release=flag(body.get("release"), "release") if "release" in body else None,
+        trace=False,  # an OpenAI reply shows no node event
     )
     stream = flag(body.get("stream"), "stream", default=False)
     model = field(body, "model", str, default="", max_length=255) or agent_id

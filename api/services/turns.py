@@ -109,6 +109,9 @@ class TurnRequest:
             :func:`api.services.agents.runnable_version`): False the draft, True the
             latest release, None the latest release when there is one. An existing
             session always runs the version it started on.
+        trace: whether a streamed turn's events include the nodes' ``node_started`` and
+            ``node_finished`` (false: a caller that shows none of them, as a completion
+            without ``return_trace``, has them not made). A blocking turn's never do.
     """
 
     tenant_id: str
@@ -124,6 +127,7 @@ class TurnRequest:
     webhook: dict | None = None
     session_name: str = ""
     release: bool | None = False
+    trace: bool = True
 
 
 @dataclass
@@ -532,7 +536,7 @@ class TurnService:
             webhook=req.webhook,
             task_id=task_id,
             message_id=message_id,
-            trace=not inline,  # a blocking reply is its ending event alone
+            trace=req.trace and not inline,  # a blocking reply is its ending event alone
         )
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}

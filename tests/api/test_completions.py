@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
 import pytest
 
+from agent.canvas import Canvas
 from api.db import Session
-from tests.api.conftest import Api, dsl_of, echo_dsl, sample
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse, sample
 
 
 def test_greeting_streamed_as_ragflow_sdk_reads_it(api: Api):
@@ -31,6 +33,51 @@ def test_return_trace_streams_every_event(api: Api):
     names = [e["event"] for e in frames[:-1]]
     assert names[0] == "workflow_started" and names[-1] == "workflow_finished"
     assert "node_started" in names and "node_finished" in names and "message_end" in names
+
+
+@pytest.mark.parametrize("route", ["completions", "regenerate", "openai", "embed"])
+def test_a_stream_that_shows_no_node_event_has_none_made(api: Api, monkeypatch, route):
+    """A stream without ``return_trace`` (and the OpenAI and embed streams) shows no node
+    event: the run makes none (a ``node_finished`` holds its node's inputs and outputs as
+    JSON). With ``return_trace`` they are made and shown."""
+    made = []
+    node_finished = Canvas._node_finished
+
+    def spy(self, *args):
+        made.append(args[0].id)
+        return node_finished(self, *args)
+
+    monkeypatch.setattr(Canvas, "_node_finished", spy)
+    agent_id = api.create_agent(sample("greeting"))
+    session_id = api.create_session(agent_id)
+    traced = api.ask_stream(agent_id, session_id, "first", return_trace=True)
+    assert made and [e["event"] for e in traced[:-1]].count("node_finished") == len(made)
+    made.clear()
+    if route == "completions":
+        frames = api.ask_stream(agent_id, session_id, "hello there")
+    elif route == "regenerate":
+        frames = parse_sse(
+            api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={}).get_data(as_text=True)
+        )
+    elif route == "openai":
+        resp = api.post(
+            f"/agents_openai/{agent_id}/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "hello there"}],
+                "stream": True,
+                "session_id": session_id,
+            },
+        )
+        frames = [line for line in resp.get_data(as_text=True).splitlines() if line.startswith("data:")]
+    else:
+        resp = api.app.test_client().post(
+            f"/api/v1/agentbots/{agent_id}/completions",
+            json={"question": "hello there", "user_id": secrets.token_hex(16), "stream": True},
+            headers={"Authorization": f"Bearer {make_token(api.app, 'tenant-a', 'embed')}"},
+        )
+        frames = parse_sse(resp.get_data(as_text=True))
+    assert ("You said: first" if route == "regenerate" else "hello there") in str(frames)
+    assert made == []
 
 
 def test_blocking_reply_and_a_new_session_when_none_given(api: Api):
