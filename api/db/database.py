@@ -49,6 +49,7 @@ from api.db.urls import ServerUrl, parse_server_url, typed_option
 T = TypeVar("T")
 
 log = logging.getLogger("agentcanvas.db")
+_PEEWEE_LOG = logging.getLogger("peewee")  # where peewee logs each statement (debug)
 
 
 class _Handle(DatabaseProxy):
@@ -908,8 +909,10 @@ class _WriterLock:
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
         if self._depth == 0 and self._fd is not None and self._pid == os.getpid():
-            with contextlib.suppress(OSError):
+            try:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+            except OSError:
+                pass  # closed meanwhile: the lock went with it
         self._thread_lock.release()
 
     def close(self) -> None:
@@ -1057,6 +1060,18 @@ class WalSqliteDatabase(PooledSqliteDatabase):
 
     def _file_writable(self) -> bool:
         return _may_write(Path(self.database))
+
+    def execute_sql(self, sql, params=None):  # noqa: ANN001, ANN201 - peewee's signature
+        # peewee's, in one call where it does nothing else: no connection to open, no
+        # query hook, no debug log (its _execute_cursor, _log_query, cursor and
+        # is_closed are four calls a statement, a third of a short one's cost here).
+        state = self._state
+        if state.closed or self.query_hooks or _PEEWEE_LOG.isEnabledFor(logging.DEBUG):
+            return super().execute_sql(sql, params)
+        with __exception_wrapper__:
+            cursor = state.conn.cursor()
+            cursor.execute(sql, params or ())
+        return cursor
 
 
 def check_writable(database: Database) -> None:
@@ -1324,7 +1339,12 @@ class _WriteTransaction:
             lock = self._lock = database.write_lock
             lock.__enter__()
             try:
-                atomic = self._atomic = database.atomic(lock_type="IMMEDIATE")
+                # What atomic() makes: at the top, a transaction, nested, a savepoint.
+                if database._state.transactions:  # noqa: SLF001 - peewee's transaction stack
+                    atomic = database.atomic(lock_type="IMMEDIATE")
+                else:
+                    atomic = database.transaction(lock_type="IMMEDIATE")
+                self._atomic = atomic
                 atomic.__enter__()
             except BaseException:
                 lock.__exit__(None, None, None)
