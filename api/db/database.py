@@ -407,6 +407,37 @@ def _mysql_connection_class() -> type:
             converter = None
         return field, field.description(), (encoding, converter)
 
+    ok_tail = struct.Struct("<HH")  # an OK packet's server status and warning count
+    eof_tail = struct.Struct("<xhh")  # an EOF packet's warning count and server status
+
+    def length_encoded(data: bytes, pos: int) -> tuple[int | None, int]:
+        """The length-encoded integer at ``data[pos]`` and the position after it (as
+        pymysql's ``MysqlPacket.read_length_encoded_integer``: 251 is NULL)."""
+        first = data[pos]
+        if first < 251:
+            return first, pos + 1
+        if first == 252:
+            return int.from_bytes(data[pos + 1 : pos + 3], "little"), pos + 3
+        if first == 253:
+            return int.from_bytes(data[pos + 1 : pos + 4], "little"), pos + 4
+        if first == 254:
+            return int.from_bytes(data[pos + 1 : pos + 9], "little"), pos + 9
+        return None, pos + 1
+
+    class Ok:
+        """An OK packet read, with the fields of pymysql's ``OKPacketWrapper``, which
+        parses them through a dozen calls (a ``struct.Struct`` made anew for two of
+        them): a statement's answers hold several (the turn's commit, seven)."""
+
+        __slots__ = ("affected_rows", "has_next", "insert_id", "message", "server_status", "warning_count")
+
+        def __init__(self, data: bytes):
+            self.affected_rows, pos = length_encoded(data, 1)
+            self.insert_id, pos = length_encoded(data, pos)
+            self.server_status, self.warning_count = ok_tail.unpack_from(data, pos)
+            self.message = data[pos + 4 :]
+            self.has_next = self.server_status & SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS
+
     class Result(MySQLResult):
         """A result whose column descriptions are parsed once per connection.
 
@@ -432,6 +463,20 @@ def _mysql_connection_class() -> type:
             eof_packet = conn._read_packet()
             assert eof_packet.is_eof_packet(), "Protocol error, expecting EOF"
             self.fields, self.converters, self.description = fields, decoding, tuple(description)
+
+        def _read_ok_packet(self, packet: MysqlPacket) -> None:
+            ok = Ok(packet.get_all_data())
+            self.affected_rows, self.insert_id, self.message = ok.affected_rows, ok.insert_id, ok.message
+            self.server_status, self.warning_count = ok.server_status, ok.warning_count
+            self.has_next = ok.has_next
+
+        def _check_packet_is_eof(self, packet: MysqlPacket) -> bool:
+            data = packet.get_all_data()
+            if not (data[0] == 0xFE and len(data) < 9):  # pymysql's is_eof_packet
+                return False
+            self.warning_count, status = eof_tail.unpack_from(data)
+            self.has_next = status & SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS
+            return True
 
     class Connection(pymysql.connections.Connection):
         #: taken from the pool, not heard from since: the next statement takes the check along
@@ -465,6 +510,15 @@ def _mysql_connection_class() -> type:
             if result.server_status is not None:
                 self.server_status = result.server_status
             return result.affected_rows
+
+        def _read_ok_packet(self) -> Ok:
+            # pymysql's, with an Ok of the class above
+            data = self._read_packet().get_all_data()
+            if not (data[0] == 0 and len(data) >= 7):  # pymysql's is_ok_packet
+                raise pymysql.err.OperationalError(CR.CR_COMMANDS_OUT_OF_SYNC, "Command Out of Sync")
+            ok = Ok(data)
+            self.server_status = ok.server_status
+            return ok
 
         def _create_ssl_ctx(self, sslp):  # noqa: ANN001, ANN202 - pymysql's signature
             if sslp != {}:
@@ -511,6 +565,14 @@ def _mysql_connection_class() -> type:
 
         def end_lazily(self) -> None:
             self.autocommit_wanted, self.began, self.deferred = True, False, ()
+
+        def bind(self, sql: str, params: tuple | list) -> str:
+            """``sql`` with ``params`` escaped into it, as a cursor's ``mogrify`` does
+            (without making a cursor)."""
+            try:
+                return sql % tuple(map(self.escape, params))
+            except TypeError as exc:
+                raise pymysql.err.ProgrammingError(str(exc)) from exc
 
         def defer(self, sql: str, sent: Sent) -> None:
             """Send ``sql`` (a write of the open transaction, its values bound) with the
@@ -749,7 +811,7 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         if conn is None or not self.in_transaction() or conn.autocommit_wanted:
             return Sent(None, self.execute_sql(sql, params).rowcount)
         with __exception_wrapper__:
-            text = conn.cursor().mogrify(sql, params)
+            text = conn.bind(sql, params)
         if len(text) > _DEFERRED_MAX_CHARS:  # one packet each (pymysql splits larger ones)
             self.flush_deferred()
             return Sent(None, self.execute_sql(sql, params).rowcount)
@@ -780,11 +842,20 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
         self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
         conn = self._state.conn
         if conn is None or conn.autocommit_wanted:  # begun with BEGIN, or by the driver
-            super().commit()
+            self._send_commit()
             return
         if conn.began:  # else nothing of it reached the server: nothing to commit
-            super().commit()
+            self._send_commit()
         conn.end_lazily()  # not after a failed COMMIT: the ROLLBACK that follows is sent as it is
+
+    def _send_commit(self) -> None:
+        """``COMMIT``, as peewee's ``commit`` sends it, through the driver's own ``commit``:
+        the same statement, its OK read without a cursor and a result around it."""
+        if self.is_closed():
+            super().commit()  # raises peewee's InterfaceError
+            return
+        with __exception_wrapper__:
+            self._state.conn.commit()
 
     def rollback(self) -> None:
         conn = self._state.conn
