@@ -358,7 +358,7 @@ def _mysql_connection_class() -> type:
     """
     import pymysql
     from pymysql import converters
-    from pymysql.connections import TEXT_TYPES, MySQLResult
+    from pymysql.connections import MAX_PACKET_LEN, TEXT_TYPES, MySQLResult
     from pymysql.constants import COMMAND, CR, FIELD_TYPE, SERVER_STATUS
     from pymysql.protocol import FieldDescriptorPacket, MysqlPacket
 
@@ -510,6 +510,70 @@ def _mysql_connection_class() -> type:
             if result.server_status is not None:
                 self.server_status = result.server_status
             return result.affected_rows
+
+        def _read_packet(self, packet_type: type = MysqlPacket) -> MysqlPacket:
+            # pymysql's, its reads inline: its _read_bytes (twice a packet), the join of
+            # the parts and is_error_packet were four calls a packet, and a request of a
+            # turn reads about twenty. Failures are pymysql's (see _read_failed).
+            if self._current_timeout != self._read_timeout:
+                self._sock.settimeout(self._read_timeout)
+                self._current_timeout = self._read_timeout
+            read = self._rfile.read
+            parts = []
+            while True:
+                try:
+                    header = read(4)
+                except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
+                    header = self._read_failed(exc, 4)
+                if len(header) < 4:
+                    self._read_failed(None, 4)
+                number = header[3]
+                if number != self._next_seq_id:
+                    self._force_close()
+                    if number == 0:  # MariaDB sends an error with 0 when it shuts down
+                        raise pymysql.err.OperationalError(
+                            CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                        )
+                    raise pymysql.err.InternalError(
+                        f"Packet sequence number wrong - got {number} expected {self._next_seq_id}"
+                    )
+                self._next_seq_id = (number + 1) % 256
+                length = header[0] | header[1] << 8 | header[2] << 16
+                try:
+                    data = read(length)
+                except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
+                    data = self._read_failed(exc, length)
+                if len(data) < length:
+                    self._read_failed(None, length)
+                if length < MAX_PACKET_LEN:
+                    break
+                parts.append(data)  # one of a statement's 16 MB pieces: more follow
+            if parts:
+                parts.append(data)
+                data = b"".join(parts)
+            packet = packet_type(data, self.encoding)
+            if data[0] == 0xFF:  # an error (pymysql's is_error_packet)
+                if self._result is not None and self._result.unbuffered_active is True:
+                    self._result.unbuffered_active = False
+                packet.raise_for_error()
+            return packet
+
+        def _read_failed(self, exc: BaseException | None, wanted: int) -> bytes:
+            """What pymysql's ``_read_bytes`` does when a read raised ``exc`` or (``None``)
+            came short: read again if it was interrupted (returns the bytes), else close
+            the connection and raise."""
+            if isinstance(exc, OSError) and exc.errno == errno.EINTR:
+                return self._read_bytes(wanted)
+            self._force_close()
+            if exc is None:
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                )
+            if isinstance(exc, OSError):
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({exc})"
+                )
+            raise exc
 
         def _read_ok_packet(self) -> Ok:
             # pymysql's, with an Ok of the class above
