@@ -432,8 +432,13 @@ def _mysql_connection_class() -> type:
         __slots__ = ("affected_rows", "has_next", "insert_id", "message", "server_status", "warning_count")
 
         def __init__(self, data: bytes):
-            self.affected_rows, pos = length_encoded(data, 1)
-            self.insert_id, pos = length_encoded(data, pos)
+            # Nearly always single bytes (a count and an id under 251): read as such.
+            affected, insert_id = data[1], data[2]
+            if affected < 251 and insert_id < 251:
+                self.affected_rows, self.insert_id, pos = affected, insert_id, 3
+            else:
+                self.affected_rows, pos = length_encoded(data, 1)
+                self.insert_id, pos = length_encoded(data, pos)
             self.server_status, self.warning_count = ok_tail.unpack_from(data, pos)
             self.message = data[pos + 4 :]
             self.has_next = self.server_status & SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS
