@@ -1201,6 +1201,25 @@ class WalSqliteDatabase(PooledSqliteDatabase):
     def _file_writable(self) -> bool:
         return _may_write(Path(self.database))
 
+    def begin(self, lock_type: str | None = None) -> None:
+        # peewee's, on the open connection itself (its cursor() and is_closed: two calls)
+        state = self._state
+        if state.closed:
+            super().begin(lock_type)
+            return
+        lock_type = lock_type or self._lock_type
+        with __exception_wrapper__:
+            state.conn.execute(f"BEGIN {lock_type}" if lock_type else "BEGIN")
+
+    def commit(self) -> None:
+        # peewee's, on the open connection itself (is_closed twice and cursor(): three calls)
+        state = self._state
+        if state.closed:
+            super().commit()  # raises peewee's InterfaceError
+            return
+        with __exception_wrapper__:
+            state.conn.execute("COMMIT")
+
     def execute_sql(self, sql, params=None):  # noqa: ANN001, ANN201 - peewee's signature
         # peewee's, in one call where it does nothing else: no connection to open, no
         # query hook, no debug log (its _execute_cursor, _log_query, cursor and
