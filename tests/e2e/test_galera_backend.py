@@ -202,8 +202,29 @@ def test_a_turn_whose_commit_keeps_losing_is_answered_not_saved(galera):
     assert (saved, logged) == (0, 0)
 
 
-def _waiting_inserts(monitor: Any) -> set[str]:
-    """The transactions of node 1 waiting for a lock at a message-log INSERT."""
+def _next_attempt(monitor: Any, replies: list, seen: set[str], what: str) -> set[str]:
+    """The transactions waiting at the message-log INSERT that are not in ``seen``, once
+    there is one; a failure shows what node 1's transactions were doing instead."""
+    try:
+        return until(lambda: _waiting_inserts(monitor, replies) - seen, what, step=0.1)
+    except AssertionError:
+        with monitor.cursor() as cur:
+            cur.execute(
+                "SELECT trx_id, trx_state, trx_started, LEFT(trx_query, 160) FROM information_schema.INNODB_TRX"
+            )
+            pytest.fail(f"gave up waiting for {what}; node 1's transactions: {cur.fetchall()}")
+
+
+def _waiting_inserts(monitor: Any, replies: list | None = None) -> set[str]:
+    """The transactions of node 1 waiting for a lock at a message-log INSERT.
+
+    Fails at once, showing the answer, when the turn answered (``replies``) while the
+    test still waited for one of its attempts: no attempt is coming then."""
+    if replies:
+        reply = replies[0]
+        pytest.fail(
+            f"the turn answered {reply.status_code} before the conflicts were made: {reply.get_json()}"
+        )
     with monitor.cursor() as cur:
         cur.execute(
             "SELECT trx_id FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"
@@ -250,15 +271,11 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
         seen: set[str] = set()
         for _ in range(conflicts):
             # A new attempt waits for the lock: make it lose to a write from node 2.
-            seen |= until(
-                lambda known=seen: _waiting_inserts(monitor) - known,
-                "an attempt to wait for the lock",
-                step=0.1,
-            )
+            seen |= _next_attempt(monitor, replies, seen, "an attempt to wait for the lock")
             flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
             galera.query(2, flip, session_id, database=name)
         if conflicts <= cluster.CONFLICT_RETRIES:  # the attempt after the last conflict
-            until(lambda: _waiting_inserts(monitor) - seen, "the attempt that does not conflict", step=0.1)
+            _next_attempt(monitor, replies, seen, "the attempt that does not conflict")
         monitor.close()
         locker.rollback()
         turn.join(60)
