@@ -100,6 +100,9 @@ class Ours:
         cache = self.svc.canvases
         if cache.enabled:
             print(f"  canvas cache: {cache.hits} hits, {cache.misses} misses", file=sys.stderr)
+        from api import stop_background
+
+        stop_background(self.app)  # its parse threads poll the database this run then drops
         self.database.close_all()
 
 
