@@ -14,7 +14,6 @@ from typing import Any
 
 from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
-from werkzeug._internal import _wsgi_decoding_dance
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, MapAdapter
 from werkzeug.routing.matcher import StateMachineMatcher
@@ -93,6 +92,12 @@ class _RouteMemory(StateMachineMatcher):
         return rule, values
 
 
+def _wsgi_text(value: str) -> str:
+    """A WSGI environ string (bytes carried as latin-1, PEP 3333) as the text it encodes in
+    UTF-8, undecodable bytes replaced: how Werkzeug reads a request's path and query."""
+    return value.encode("latin1").decode(errors="replace")
+
+
 class _Routes(Map):
     """The app's URL map, matched through :class:`_RouteMemory`, bound to a request
     through :meth:`bind_to_environ`."""
@@ -151,9 +156,9 @@ class _Routes(Map):
             origin[1],
             origin[2],
             origin[3],
-            "/" if path_info is None else _wsgi_decoding_dance(path_info),
+            "/" if path_info is None else _wsgi_text(path_info),
             environ["REQUEST_METHOD"],
-            None if query_args is None else _wsgi_decoding_dance(query_args),
+            None if query_args is None else _wsgi_text(query_args),
         )
 
 

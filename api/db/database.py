@@ -1554,7 +1554,7 @@ def run_retrying(work: Callable[[], T]) -> T:
     attempt = 0
     while True:
         try:
-            with db.obj.connection_context():  # the database's own (the proxy's looks up each step)
+            with db.connection_context():  # on one database throughout (_Handle)
                 return work()
         except (OperationalError, InterfaceError) as exc:
             rolled_back = cluster.write_conflict(exc) or cluster.refused_before_running(exc)
