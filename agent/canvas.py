@@ -131,6 +131,17 @@ MAX_KEPT_PATHS = 256
 _BLUEPRINTS = BoundedMemo(256)
 
 
+def _length(text: str | bytes) -> int:
+    """The characters of ``text``, or of the text UTF-8 ``bytes`` encode."""
+    return len(text) if isinstance(text, str) else len(text.decode("utf-8", "surrogateescape"))
+
+
+def _too_long(text: str | bytes, limit: int) -> bool:
+    """Whether ``text`` (see :func:`_length`) has more than ``limit`` characters; UTF-8 is
+    decoded only when it has more than ``limit`` bytes (a character takes one or more)."""
+    return len(text) > limit and _length(text) > limit
+
+
 @functools.lru_cache(maxsize=1)
 def _utc_text(second: int) -> str:
     """``sys.date``: the time as UTC text (worked out once a second)."""
@@ -188,7 +199,9 @@ class Canvas:
         self._start_fresh(limits, services)
         self._load(dsl)
 
-    def _reload(self, parsed: dict, text: str, limits: Limits | None, services: dict | None) -> Canvas:
+    def _reload(
+        self, parsed: dict, text: str | bytes, limits: Limits | None, services: dict | None
+    ) -> Canvas:
         """This canvas (its components built from the same DSL) made equal to ``Canvas(text)``,
         ``parsed`` being the value ``text`` parses to (handed over): what
         :meth:`KeptCanvas.load` does, without parsing ``text`` or building the canvas anew.
@@ -201,8 +214,8 @@ class Canvas:
         """
         self._start_fresh(limits, services)
         self._pristine, self._plain = text, True
-        if len(text) > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
-            raise DSLError(f"the DSL is {len(text)} bytes; the limit is {self.limits.max_dsl_bytes}")
+        if _too_long(text, max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes)):
+            raise DSLError(f"the DSL is {_length(text)} bytes; the limit is {self.limits.max_dsl_bytes}")
         _check_runtime_keys(parsed)
         self.dsl = parsed
         plain_attrs = _component_attrs()
@@ -236,7 +249,7 @@ class Canvas:
         self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
         self.warnings: list[str] = []
-        self._written: tuple[str, dict, str] | None = None
+        self._written: tuple[bytes | str, dict, str] | None = None
 
     # ------------------------------------------------------------------ loading
     def _load(self, dsl: str | bytes | dict, text: str | None = None) -> None:
@@ -248,9 +261,10 @@ class Canvas:
         # Whether the loaded values are plain JSON (see keep()).
         self._plain = text is not None
         if isinstance(self._pristine, (str, bytes)):
-            size = len(self._pristine)
-            if size > max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes):
-                raise DSLError(f"the DSL is {size} bytes; the limit is {self.limits.max_dsl_bytes}")
+            if _too_long(self._pristine, max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes)):
+                raise DSLError(
+                    f"the DSL is {_length(self._pristine)} bytes; the limit is {self.limits.max_dsl_bytes}"
+                )
         if isinstance(dsl, (str, bytes)):
             try:
                 dsl, self._plain = jsonio.loads_plain(dsl)
@@ -278,7 +292,7 @@ class Canvas:
 
         self.dsl = dsl
         # (the components, their JSON): see _dumps(); a reload keeps it with the DSL.
-        self._components_json: tuple[dict, str] | None = None
+        self._components_json: tuple[dict, bytes] | None = None
         self._build_components(components)
         self._take_state(dsl)
 
@@ -482,12 +496,25 @@ class Canvas:
         """The snapshot's text (``str(canvas)``). ``keepable``: the state a run changes is
         written again on its own (a small part of the snapshot), so that :meth:`keep`
         can take it."""
+        text = self.dump_utf8(keepable)
+        if isinstance(text, str):
+            return text
+        decoded = text.decode("utf-8")
+        if self._written is not None:
+            self._written = (decoded, *self._written[1:])
+        return decoded
+
+    def dump_utf8(self, keepable: bool = False) -> bytes | str:
+        """:meth:`dump`'s text as a database stores it: its UTF-8 bytes where orjson wrote
+        it, without making the text (a non-ASCII text costs more to encode than to
+        write); else the text, as the standard library wrote it (it may hold a lone
+        surrogate, which UTF-8 cannot encode)."""
         snapshot = self.to_dict()
         self._written = None
         text, plain = self._dumps(snapshot)
-        if len(text) > self.limits.max_snapshot_bytes:
+        if _too_long(text, self.limits.max_snapshot_bytes):
             raise SnapshotTooLarge(
-                f"the session snapshot is {len(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
+                f"the session snapshot is {_length(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
                 f"(lower history_size or the memory window, or raise max_snapshot_bytes)"
             )
         if keepable and plain:
@@ -496,35 +523,43 @@ class Canvas:
             self._written = (text, snapshot, state)
         return text
 
-    def _dumps(self, snapshot: dict) -> tuple[str, bool]:
-        """:func:`jsonio.dumps_plain` of ``snapshot`` (:meth:`to_dict`), the same text, with
-        the JSON of the components written once per canvas: a run never changes the DSL,
-        so a kept canvas's next turns write the same components (a fifth of the snapshot,
-        and where its non-ASCII text usually is, which makes the rest slow to decode)."""
+    def _dumps(self, snapshot: dict) -> tuple[bytes | str, bool]:
+        """The text of ``snapshot`` (:meth:`to_dict`) as :func:`jsonio.dumps_plain` writes
+        it, and whether orjson wrote it (then as its UTF-8 bytes). The JSON of the
+        components is written once per canvas: a run never changes the DSL, so a kept
+        canvas's next turns write the same components (a fifth of the snapshot)."""
         if next(iter(snapshot)) != "components":  # written in their place by one call
-            return jsonio.dumps_plain(snapshot)
+            return self._dumps_whole(snapshot)
         components = snapshot["components"]
         written = self._components_json
         if written is None or written[0] is not components:
-            inner = jsonio.dumps_orjson([components])  # at the depth they have in the snapshot
+            inner = jsonio.dumps_utf8([components])  # at the depth they have in the snapshot
             if inner is None:
-                return jsonio.dumps_plain(snapshot)
+                return self._dumps_whole(snapshot)
             written = self._components_json = (components, inner[1:-1])
         rest = dict(snapshot)
         del rest["components"]
-        tail = jsonio.dumps_orjson(rest)
+        tail = jsonio.dumps_utf8(rest)
         if tail is None:
-            return jsonio.dumps_plain(snapshot)
+            return self._dumps_whole(snapshot)
         # orjson writes an object as its members in order: the components first, then the rest's.
-        return f'{{"components":{written[1]}{"," if len(tail) > 2 else ""}{tail[1:]}', True
+        return b"".join((b'{"components":', written[1], b"," if len(tail) > 2 else b"", tail[1:])), True
 
-    def keep(self, text: str) -> KeptCanvas | None:
-        """This canvas as ``text`` holds it, ``text`` being its ``str()`` (just stored),
-        to be loaded again without parsing ``text``: see :class:`KeptCanvas`. The canvas
+    @staticmethod
+    def _dumps_whole(snapshot: dict) -> tuple[bytes | str, bool]:
+        """:meth:`_dumps` written by one call."""
+        data = jsonio.dumps_utf8(snapshot)
+        if data is not None:
+            return data, True
+        return jsonio.dumps_plain(snapshot)
+
+    def keep(self, text: bytes | str) -> KeptCanvas | None:
+        """This canvas as ``text`` holds it, ``text`` being its ``str()`` or its UTF-8 (just
+        stored), to be loaded again without parsing ``text``: see :class:`KeptCanvas`. The canvas
         is handed over: it is not to be used after, but through the kept one's ``load()``.
 
         ``None`` when the canvas could differ from ``Canvas(text)``: ``text`` is not the
-        last ``dump(keepable=True)`` of it, or that was not written by orjson (the
+        last ``dump(keepable=True)`` or ``dump_utf8(keepable=True)`` of it, or that was not written by orjson (the
         standard library wrote it), or the canvas was loaded from JSON only the standard
         library reads (``NaN``...); or it holds a field this version does not know how
         to set again. The state a run changes is taken as its JSON (parsed again on
@@ -1257,19 +1292,19 @@ class KeptCanvas:
     """A canvas as its last turn left it, for the next turn in this process: loads,
     once, into a canvas equal to ``Canvas(text)`` without parsing ``text``.
 
-    Made by :meth:`Canvas.keep` once ``text = canvas.dump(keepable=True)`` was stored. Holds that
-    canvas, the snapshot's parsed DSL and history as it had them (never changed by a
-    run: components' params are private copies) and the rest of the state as JSON
-    text, parsed again on :meth:`load` (so the state the next run changes is fresh
+    Made by :meth:`Canvas.keep` once ``text = canvas.dump_utf8(keepable=True)`` (or ``dump``)
+    was stored. Holds that canvas, the snapshot's parsed DSL and history as it had them
+    (never changed by a run: components' params are private copies) and the rest of the
+    state as JSON text, parsed again on :meth:`load` (so the state the next run changes is fresh
     objects, as a load makes them); see :meth:`Canvas._reload`.
 
     Attributes:
-        text: the snapshot (what ``Canvas(text)`` would load).
+        text: the snapshot (what ``Canvas(text)`` would load): its text, or its UTF-8.
     """
 
     __slots__ = ("_canvas", "_dsl", "_state", "text")
 
-    def __init__(self, text: str, canvas: Canvas, dsl: dict, state: str):
+    def __init__(self, text: bytes | str, canvas: Canvas, dsl: dict, state: str):
         self.text = text
         self._canvas: Canvas | None = canvas
         self._dsl: dict | None = dsl

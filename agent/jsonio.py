@@ -34,8 +34,14 @@ def dumps_plain(value: Any) -> tuple[str, bool]:
 
 def dumps_orjson(value: Any) -> str | None:
     """:func:`dumps` as orjson writes it; ``None`` for a value only the standard library writes."""
+    data = dumps_utf8(value)
+    return None if data is None else data.decode("utf-8")
+
+
+def dumps_utf8(value: Any) -> bytes | None:
+    """:func:`dumps_orjson`'s text as its UTF-8 bytes, as orjson writes it (no text is made)."""
     try:
-        return orjson.dumps(value, default=_default).decode("utf-8")
+        return orjson.dumps(value, default=_default)
     except (TypeError, orjson.JSONEncodeError):
         return None
 

@@ -7,7 +7,8 @@ with named markers where the values go, and afterwards only binds values. The SQ
 is still written by peewee, so it stays portable across SQLite and MySQL.
 
 Values are passed as the database wants them (``int``, ``str``, ``bool``,
-``None``): no field conversion happens on this path.
+``None``; the text of a :func:`mark_text` also as UTF-8 ``bytes``): no field
+conversion happens on this path.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from peewee import Model, Query, Value
+from peewee import Cast, Model, Node, Query, Value
 
-from api.db.database import Sent, db
+from api.db.database import Sent, db, is_sqlite
 
 _MARK = "\x00agentcanvas:"
+_MARK_UTF8 = "\x00agentcanvas-utf8:"
+# How a statement's parameter is made from its named values.
+_FIXED, _NAMED, _DECODED = range(3)
 
 
 def mark(name: str) -> Value:
@@ -28,13 +32,40 @@ def mark(name: str) -> Value:
     return Value(_MARK + name, converter=False)
 
 
-def _binder(slots: list[tuple[bool, Any]]) -> Callable[[dict[str, Any]], tuple | list]:
+def mark_text(name: str) -> Node:
+    """A placeholder for the text named ``name``, given as ``str`` or as its UTF-8
+    ``bytes``. SQLite stores the bytes as the text itself (``CAST(? AS TEXT)``: the
+    column holds TEXT, as if the ``str`` had been bound), so a non-ASCII text already
+    at hand as UTF-8 is not made a ``str`` to be encoded again; other databases get the
+    decoded ``str``. Call it in the builder (it depends on the database)."""
+    if is_sqlite(db):
+        return Cast(mark(name), "TEXT")
+    return Value(_MARK_UTF8 + name, converter=False)
+
+
+def _decoded(value: Any) -> Any:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _binder(slots: list[tuple[int, Any]]) -> Callable[[dict[str, Any]], tuple | list]:
     """What makes a statement's parameters from its named values: ``slots`` holds, in
-    order, ``(True, name)`` for a value bound at execution, ``(False, value)`` for one
-    fixed when the SQL was built."""
-    if len(slots) > 1 and all(named for named, _ in slots):
+    order, ``(_NAMED, name)`` for a value bound at execution (``_DECODED``: UTF-8 bytes
+    of it decoded), ``(_FIXED, value)`` for one fixed when the SQL was built."""
+    if len(slots) > 1 and all(kind == _NAMED for kind, _ in slots):
         return operator.itemgetter(*(name for _, name in slots))  # one C call
-    return lambda values: [values[v] if named else v for named, v in slots]
+    return lambda values: [
+        v if kind == _FIXED else values[v] if kind == _NAMED else _decoded(values[v]) for kind, v in slots
+    ]
+
+
+def _slot(param: Any) -> tuple[int, Any]:
+    """The slot (see :func:`_binder`) of a parameter of the SQL a builder's query wrote."""
+    if isinstance(param, str):
+        if param.startswith(_MARK):
+            return _NAMED, param[len(_MARK) :]
+        if param.startswith(_MARK_UTF8):
+            return _DECODED, param[len(_MARK_UTF8) :]
+    return _FIXED, param
 
 
 class Prepared:
@@ -56,11 +87,7 @@ class Prepared:
         if entry is None or entry[0] is not database:
             query = self._build(mark)
             sql, params = query.sql()
-            slots = [
-                (True, p[len(_MARK) :]) if isinstance(p, str) and p.startswith(_MARK) else (False, p)
-                for p in params
-            ]
-            entry = (database, sql, _binder(slots), getattr(database, "defer", None))
+            entry = (database, sql, _binder([_slot(p) for p in params]), getattr(database, "defer", None))
             self._compiled[id(database)] = entry
         return entry
 

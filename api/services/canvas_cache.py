@@ -44,7 +44,8 @@ class CanvasCache:
 
     Args:
         max_entries: the most sessions kept (0: the cache is off).
-        max_bytes: the most snapshot text (characters) the entries hold together.
+        max_bytes: the most snapshot text the entries hold together (the UTF-8 bytes a
+            turn wrote, or the characters of a text).
     """
 
     def __init__(self, max_entries: int, max_bytes: int):

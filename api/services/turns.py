@@ -59,7 +59,7 @@ from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.cluster import write_conflict
 from api.db.database import run_retrying, writer_in_line
-from api.db.prepared import Prepared
+from api.db.prepared import Prepared, mark_text
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
@@ -850,7 +850,7 @@ class TurnService:
         snapshot = None
         if result.status in ("succeeded", "paused"):
             try:
-                snapshot = canvas.dump(keepable=self.canvases.enabled)
+                snapshot = canvas.dump_utf8(keepable=self.canvases.enabled)
             except SnapshotTooLarge as exc:
                 result = TurnResult(
                     status="failed",
@@ -1064,7 +1064,7 @@ class _SessionRow(NamedTuple):
     """The columns of a session a turn reads (``_start`` takes this or a ``Session``)."""
 
     id: str
-    snapshot: str
+    snapshot: str | bytes  # bytes: the UTF-8 a kept canvas's turn wrote
     version: int
     round: int
     user_id: str
@@ -1170,7 +1170,7 @@ def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prep
         if succeeded:
             changes.update(
                 {
-                    Session.snapshot: m("snapshot"),
+                    Session.snapshot: mark_text("snapshot"),  # UTF-8 as written (no str made)
                     Session.pending_form: m("pending_form"),
                     Session.round: m("round"),
                     Session.last_error: None,

@@ -359,6 +359,29 @@ def test_snapshot_over_the_cap_is_a_clear_error():
         str(canvas)
 
 
+def test_the_snapshot_cap_counts_characters_in_its_utf8_too():
+    """dump_utf8() (what a turn stores) and a kept canvas's load measure a non-ASCII
+    snapshot as str() does: in characters, though its UTF-8 has more bytes."""
+    from agent.errors import SnapshotTooLarge
+
+    canvas = Canvas(json.dumps(greeting()))
+    events_of(canvas, query="ü" * 1500)
+    text = str(canvas)
+    size = len(text)
+    assert len(text.encode()) > size + 1000
+    limits = Limits(max_snapshot_bytes=size, max_dsl_bytes=size)
+    canvas.limits = limits
+    data = canvas.dump_utf8(keepable=True)
+    assert data == text.encode()
+    loaded = canvas.keep(data).load(limits=limits)
+    assert str(loaded) == text
+    loaded.limits = Limits(max_snapshot_bytes=size - 1)
+    with pytest.raises(
+        SnapshotTooLarge, match=f"the session snapshot is {size} bytes; the limit is {size - 1} "
+    ):
+        loaded.dump_utf8()
+
+
 def test_inputs_without_any_form_are_misuse():
     with pytest.raises(UsageError, match="no form is pending"):
         Canvas(greeting()).run(query="x", inputs={"a": 1})

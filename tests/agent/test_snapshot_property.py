@@ -157,7 +157,7 @@ def _check_derived(canvas):
     written = canvas._components_json
     if written is not None:
         assert written[0] is canvas.dsl["components"]
-        assert written[1] == jsonio.dumps(canvas.dsl["components"])
+        assert written[1] == jsonio.dumps(canvas.dsl["components"]).encode()
     for cpn in canvas.components.values():
         assert set(vars(cpn)) & cpn.param_derived <= {"_form"}
         if "_form" in vars(cpn):

@@ -344,3 +344,22 @@ def test_wait_after_reading_every_event_returns_the_result(api: Api):
         assert names[-2:] == ["message_end", "workflow_finished"]
         assert list(turn.events()) == []
         assert turn.wait().status == "succeeded"
+
+
+def test_a_non_ascii_snapshot_is_stored_as_text(api: Api, backend: str):
+    """A turn hands the database its snapshot as the UTF-8 JSON writes (SQLite takes the
+    bytes as text): the column holds text, the same the canvas's text, found by text."""
+    from api.db import db
+
+    agent_id = api.create_agent(echo_dsl("≥ échø: {sys.query}"))
+    session_id = api.create_session(agent_id)
+    for query in ("你好 🙂", "ünï ✓"):  # the second turn runs from the kept canvas
+        assert api.ask(agent_id, session_id, query).json["data"]["data"]["content"] == f"≥ échø: {query}"
+    with api.app.app_context():
+        row = Session.get_by_id(session_id)
+        assert isinstance(row.snapshot, str)
+        assert json.loads(row.snapshot)["history"][-2:] == [["user", "ünï ✓"], ["assistant", "≥ échø: ünï ✓"]]
+        assert Session.select().where(Session.snapshot.contains("你好 🙂")).count() == 1
+        if backend == "sqlite":
+            kind = db.execute_sql("SELECT typeof(snapshot) FROM session WHERE id = ?", (session_id,))
+            assert kind.fetchone() == ("text",)
