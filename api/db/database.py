@@ -73,8 +73,8 @@ _READ_VERBS = frozenset({"SELECT", "SHOW", "DESCRIBE", "EXPLAIN"})
 #: A statement longer than this is not deferred (:meth:`ReconnectingPooledMySQLDatabase.defer`):
 #: a deferred one goes as one packet, and pymysql splits those of 16 MB and more.
 _DEFERRED_MAX_CHARS = 4 * 1024 * 1024
-#: Result columns a MySQL connection keeps parsed (its statements' are a few dozen).
-_KNOWN_COLUMNS = 512
+#: Result descriptions a MySQL connection keeps parsed (its statements' are a few dozen).
+_KNOWN_RESULTS = 256
 
 
 def _verb(sql: str) -> str:
@@ -448,30 +448,63 @@ def _mysql_connection_class() -> type:
             self.has_next = self.server_status & SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS
 
     class Result(MySQLResult):
-        """A result whose column descriptions are parsed once per connection.
+        """A result read without pymysql's steps per packet and column.
 
         The description of a statement's columns comes as the same bytes every time it
         runs, and pymysql parses it in Python, about 10 us a column (a turn's read of its
-        session has nine): here a column known by its bytes is not parsed again.
+        session has nine): here a description known by its bytes is not parsed again.
+        Its packets, and the rows', are read in one loop each (:meth:`Connection.read_payloads`),
+        and the rows' values taken apart in one more: pymysql made about 25 calls a row.
         """
 
         def _get_descriptions(self) -> None:
             conn = self.connection
-            known = conn.known_columns
-            fields, description, decoding = [], [], []
-            for _ in range(self.field_count):
-                raw = conn._read_packet(MysqlPacket).get_all_data()
-                column = known.get(raw)
-                if column is None:
-                    if len(known) >= _KNOWN_COLUMNS:
-                        known.clear()
-                    column = known[raw] = describe(conn, FieldDescriptorPacket(raw, conn.encoding))
-                fields.append(column[0])
-                description.append(column[1])
-                decoding.append(column[2])
-            eof_packet = conn._read_packet()
-            assert eof_packet.is_eof_packet(), "Protocol error, expecting EOF"
-            self.fields, self.converters, self.description = fields, decoding, tuple(description)
+            raws = conn.read_payloads(self.field_count + 1)  # the columns, then an EOF
+            eof = raws.pop()
+            assert eof[0] == 0xFE and len(eof) < 9, "Protocol error, expecting EOF"  # pymysql's is_eof_packet
+            key = b"".join(raws)  # each column's bytes say where they end: no two lists join alike
+            known = conn.known_results.get(key)
+            if known is None:
+                if len(conn.known_results) >= _KNOWN_RESULTS:
+                    conn.known_results.clear()
+                columns = [describe(conn, FieldDescriptorPacket(raw, conn.encoding)) for raw in raws]
+                known = conn.known_results[key] = (
+                    [c[0] for c in columns],
+                    [c[2] for c in columns],
+                    tuple(c[1] for c in columns),
+                )
+            self.fields, self.converters, self.description = known
+
+        def _read_rowdata_packet(self) -> None:
+            # pymysql's, with its _read_row_from_packet inline
+            payloads = self.connection.read_payloads(None)
+            self._read_eof(payloads.pop())
+            self.connection = None  # as pymysql: no reference cycle
+            converters = self.converters
+            rows = []
+            for data in payloads:
+                row, pos, end = [], 0, len(data)
+                for encoding, converter in converters:
+                    if pos >= end:  # fewer values than columns (pymysql stops there too)
+                        break
+                    first = data[pos]
+                    if first < 251:
+                        value, pos = data[pos + 1 : pos + 1 + first], pos + 1 + first
+                    elif first == 251:  # NULL
+                        row.append(None)
+                        pos += 1
+                        continue
+                    else:
+                        length, pos = length_encoded(data, pos)
+                        value, pos = data[pos : pos + length], pos + length
+                    if encoding is not None:
+                        value = value.decode(encoding)
+                    if converter is not None:
+                        value = converter(value)
+                    row.append(value)
+                rows.append(tuple(row))
+            self.affected_rows = len(rows)
+            self.rows = tuple(rows)
 
         def _read_ok_packet(self, packet: MysqlPacket) -> None:
             ok = Ok(packet.get_all_data())
@@ -480,7 +513,10 @@ def _mysql_connection_class() -> type:
             self.has_next = ok.has_next
 
         def _check_packet_is_eof(self, packet: MysqlPacket) -> bool:
-            data = packet.get_all_data()
+            return self._read_eof(packet.get_all_data())
+
+        def _read_eof(self, data: bytes) -> bool:
+            """Whether ``data`` is an EOF packet; if so, its warning count and status are read."""
             if not (data[0] == 0xFE and len(data) < 9):  # pymysql's is_eof_packet
                 return False
             self.warning_count, status = eof_tail.unpack_from(data)
@@ -503,8 +539,8 @@ def _mysql_connection_class() -> type:
         CheckFailed: type
 
         def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - pymysql's signature
-            #: the columns of results seen, by their description's bytes (see Result)
-            self.known_columns: dict[bytes, tuple] = {}
+            #: the descriptions of results seen, by their bytes (see Result)
+            self.known_results: dict[bytes, tuple] = {}
             super().__init__(*args, **kwargs)
 
         def _read_query_result(self, unbuffered: bool = False) -> int:
@@ -521,51 +557,61 @@ def _mysql_connection_class() -> type:
             return result.affected_rows
 
         def _read_packet(self, packet_type: type = MysqlPacket) -> MysqlPacket:
-            # pymysql's, its reads inline: its _read_bytes (twice a packet), the join of
-            # the parts and is_error_packet were four calls a packet, and a request of a
-            # turn reads about twenty. Failures are pymysql's (see _read_failed).
+            return packet_type(self.read_payloads(1)[0], self.encoding)
+
+        def read_payloads(self, count: int | None) -> list[bytes]:
+            """The payloads of the next ``count`` packets (``None``: up to an EOF packet,
+            the last one), read as pymysql's ``_read_packet`` reads each: its reads inline
+            (its _read_bytes twice a packet, the join of the parts and is_error_packet
+            were four calls a packet, and a request of a turn reads about twenty). An
+            error packet is raised. Failures are pymysql's (see _read_failed)."""
             if self._current_timeout != self._read_timeout:
                 self._sock.settimeout(self._read_timeout)
                 self._current_timeout = self._read_timeout
             read = self._rfile.read
-            parts = []
-            while True:
-                try:
-                    header = read(4)
-                except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
-                    header = self._read_failed(exc, 4)
-                if len(header) < 4:
-                    self._read_failed(None, 4)
-                number = header[3]
-                if number != self._next_seq_id:
-                    self._force_close()
-                    if number == 0:  # MariaDB sends an error with 0 when it shuts down
-                        raise pymysql.err.OperationalError(
-                            CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+            payloads = []
+            while count is None or len(payloads) < count:
+                parts = []
+                while True:
+                    try:
+                        header = read(4)
+                    except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
+                        header = self._read_failed(exc, 4)
+                    if len(header) < 4:
+                        self._read_failed(None, 4)
+                    number = header[3]
+                    if number != self._next_seq_id:
+                        self._force_close()
+                        if number == 0:  # MariaDB sends an error with 0 when it shuts down
+                            raise pymysql.err.OperationalError(
+                                CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                            )
+                        raise pymysql.err.InternalError(
+                            f"Packet sequence number wrong - got {number} expected {self._next_seq_id}"
                         )
-                    raise pymysql.err.InternalError(
-                        f"Packet sequence number wrong - got {number} expected {self._next_seq_id}"
-                    )
-                self._next_seq_id = (number + 1) % 256
-                length = header[0] | header[1] << 8 | header[2] << 16
-                try:
-                    data = read(length)
-                except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
-                    data = self._read_failed(exc, length)
-                if len(data) < length:
-                    self._read_failed(None, length)
-                if length < MAX_PACKET_LEN:
+                    self._next_seq_id = (number + 1) % 256
+                    length = header[0] | header[1] << 8 | header[2] << 16
+                    try:
+                        data = read(length)
+                    except BaseException as exc:  # noqa: BLE001 - as pymysql's _read_bytes
+                        data = self._read_failed(exc, length)
+                    if len(data) < length:
+                        self._read_failed(None, length)
+                    if length < MAX_PACKET_LEN:
+                        break
+                    parts.append(data)  # one of a statement's 16 MB pieces: more follow
+                if parts:
+                    parts.append(data)
+                    data = b"".join(parts)
+                first = data[0]
+                if first == 0xFF:  # an error (pymysql's is_error_packet)
+                    if self._result is not None and self._result.unbuffered_active is True:
+                        self._result.unbuffered_active = False
+                    MysqlPacket(data, self.encoding).raise_for_error()
+                payloads.append(data)
+                if count is None and first == 0xFE and len(data) < 9:  # EOF (pymysql's is_eof_packet)
                     break
-                parts.append(data)  # one of a statement's 16 MB pieces: more follow
-            if parts:
-                parts.append(data)
-                data = b"".join(parts)
-            packet = packet_type(data, self.encoding)
-            if data[0] == 0xFF:  # an error (pymysql's is_error_packet)
-                if self._result is not None and self._result.unbuffered_active is True:
-                    self._result.unbuffered_active = False
-                packet.raise_for_error()
-            return packet
+            return payloads
 
         def _read_failed(self, exc: BaseException | None, wanted: int) -> bytes:
             """What pymysql's ``_read_bytes`` does when a read raised ``exc`` or (``None``)
@@ -586,7 +632,7 @@ def _mysql_connection_class() -> type:
 
         def _read_ok_packet(self) -> Ok:
             # pymysql's, with an Ok of the class above
-            data = self._read_packet().get_all_data()
+            data = self.read_payloads(1)[0]
             if not (data[0] == 0 and len(data) >= 7):  # pymysql's is_ok_packet
                 raise pymysql.err.OperationalError(CR.CR_COMMANDS_OUT_OF_SYNC, "Command Out of Sync")
             ok = Ok(data)

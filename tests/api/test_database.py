@@ -434,11 +434,38 @@ def test_a_mysql_connection_parses_the_columns_of_a_result_once(mysql_url):
                 cur = db.execute_sql("SELECT 1 AS n, %s AS t, CAST('x' AS BINARY) AS b, NULL AS z", ("é 𝄞",))
                 assert cur.fetchall() == ((1, "é 𝄞", b"x", None),)
                 assert [d[0] for d in cur.description] == ["n", "t", "b", "z"]
-            known = len(conn.known_columns)
+            known = len(conn.known_results)
             cur = db.execute_sql("SELECT %s AS m, %s AS f", (2, 0.5))
             assert cur.fetchall() == ((2, 0.5),) and [d[0] for d in cur.description] == ["m", "f"]
-            assert len(conn.known_columns) == known + 2
+            assert len(conn.known_results) == known + 1
     finally:
+        db.obj.close_all()
+
+
+def test_a_mysql_connection_reads_rows_as_pymysql_does(mysql_url):
+    """Rows of values of every length (NULL, empty, under 251 bytes, with a two- and a
+    three-byte length), of several types, and many rows, read as pymysql reads them."""
+    init_database(mysql_url)
+    sql = (
+        "SELECT seq, IF(seq %% 3 = 0, NULL, REPEAT(%s, seq * seq * 7)) AS t, CAST(seq AS DECIMAL(6, 2)) AS d, "
+        "seq / 4 AS q, DATE_ADD('2026-01-01 10:00:00', INTERVAL seq DAY) AS w, '' AS e, "
+        "CAST(REPEAT('b', seq) AS BINARY) AS b, JSON_OBJECT('k', seq) AS j FROM seq_0_to_120"
+    )
+    server, name = mysql_url.removeprefix("mysql://root@").split("/")
+    host, port = server.split(":")
+    plain = pymysql.connect(host=host, port=int(port), user="root", database=name, charset="utf8mb4")
+    try:
+        with plain.cursor() as cur:
+            cur.execute(sql, ("é𝄞",))
+            expected, description = cur.fetchall(), cur.description
+        with db.connection_context():
+            for _ in range(2):
+                cur = db.execute_sql(sql, ("é𝄞",))
+                assert cur.fetchall() == expected
+                assert cur.description == description
+        assert max(len(row[1] or "") for row in expected) > 70000  # a three-byte length
+    finally:
+        plain.close()
         db.obj.close_all()
 
 
