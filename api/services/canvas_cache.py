@@ -27,20 +27,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import NamedTuple
 
 from agent.canvas import KeptCanvas
 
 
-class CachedCanvas(NamedTuple):
-    """One entry: the canvas a turn committed as ``version`` of its session."""
-
-    version: int
-    kept: KeptCanvas
-
-
 class CanvasCache:
-    """Least recently used entries ``{session id: CachedCanvas}``, thread-safe.
+    """Least recently used entries ``{session id: (version, kept canvas, its text's length)}``,
+    thread-safe.
 
     Args:
         max_entries: the most sessions kept (0: the cache is off).
@@ -51,7 +44,10 @@ class CanvasCache:
     def __init__(self, max_entries: int, max_bytes: int):
         self.max_entries = max(0, int(max_entries))
         self.max_bytes = max(0, int(max_bytes))
-        self._entries: OrderedDict[str, CachedCanvas] = OrderedDict()
+        #: Whether the cache keeps anything (read on every turn: an attribute, not a property).
+        self.enabled = self.max_entries > 0 and self.max_bytes > 0
+        # Plain tuples, not a NamedTuple: one is made on every turn's put.
+        self._entries: OrderedDict[str, tuple[int, KeptCanvas, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         #: Counts for the bench and the tests: takes that found the version asked
@@ -60,37 +56,35 @@ class CanvasCache:
         self.misses = 0
         self.puts = 0
 
-    @property
-    def enabled(self) -> bool:
-        return self.max_entries > 0 and self.max_bytes > 0
-
     def __len__(self) -> int:
         return len(self._entries)
 
     def version_of(self, session_id: str) -> int | None:
         """The version kept for the session, if any (the entry stays)."""
         entry = self._entries.get(session_id)
-        return entry.version if entry is not None else None
+        return entry[0] if entry is not None else None
 
     def take(self, session_id: str, version: int) -> KeptCanvas | None:
         """The canvas kept as ``version`` of the session, removed from the cache; an
         entry of another version is dropped (it can never be used)."""
         with self._lock:
             entry = self._entries.pop(session_id, None)
-            if entry is not None:
-                self._bytes -= len(entry.kept.text)
-            if entry is None or entry.version != version:
+            if entry is None:
+                self.misses += 1
+                return None
+            self._bytes -= entry[2]
+            if entry[0] != version:
                 self.misses += 1
                 return None
             self.hits += 1
-            return entry.kept
+            return entry[1]
 
     def drop(self, session_id: str) -> None:
         """Forget the session's entry."""
         with self._lock:
             entry = self._entries.pop(session_id, None)
             if entry is not None:
-                self._bytes -= len(entry.kept.text)
+                self._bytes -= entry[2]
 
     def put(self, session_id: str, version: int, kept: KeptCanvas) -> None:
         """Keep ``kept`` as ``version`` of the session (unless a later version is kept);
@@ -98,20 +92,18 @@ class CanvasCache:
         size = len(kept.text)
         if not self.enabled or size > self.max_bytes:
             return
+        entries = self._entries
         with self._lock:
-            old = self._entries.pop(session_id, None)
+            old = entries.get(session_id)
             if old is not None:
-                self._bytes -= len(old.kept.text)
-                if old.version > version:  # a later turn of this process got here first
-                    self._entries[session_id] = old
-                    self._bytes += len(old.kept.text)
+                if old[0] > version:  # a later turn of this process got here first
+                    entries.move_to_end(session_id)
                     return
-            while self._entries and (
-                len(self._entries) >= self.max_entries or self._bytes + size > self.max_bytes
-            ):
-                _, gone = self._entries.popitem(last=False)
-                self._bytes -= len(gone.kept.text)
-            self._entries[session_id] = CachedCanvas(version, kept)
+                del entries[session_id]
+                self._bytes -= old[2]
+            while entries and (len(entries) >= self.max_entries or self._bytes + size > self.max_bytes):
+                self._bytes -= entries.popitem(last=False)[1][2]
+            entries[session_id] = (version, kept, size)
             self._bytes += size
             self.puts += 1
 

@@ -82,6 +82,10 @@ OUTCOME_WAIT_SECONDS = 10.0
 #: How long a turn runs side-effect-free components before it takes the lease anyway
 #: (so that a long run can be cancelled and shows as running).
 UNLEASED_SECONDS = 0.5
+#: The services of a turn that keep no state between calls: shared by the turns of an agent.
+_STATELESS_SERVICES = ("memory_store", "retriever", "mcp_servers")
+#: The most agents whose stateless services are kept (then they are made anew).
+_SHARED_SERVICES_ENTRIES = 1024
 
 
 def turn_service() -> TurnService:
@@ -152,7 +156,7 @@ class TurnResult:
 _DONE = object()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Turn:
     """A running turn. Read :meth:`events` (streaming) or call :meth:`wait` (blocking)."""
 
@@ -210,9 +214,10 @@ class Turn:
             self._thread.join(timeout)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Claim:
-    """What a claimed turn needs to commit."""
+    """What a claimed turn needs to commit (made once a turn: built from positional
+    arguments, which cost half what keywords do)."""
 
     session_id: str
     task_id: str
@@ -230,13 +235,15 @@ class _Claim:
     resumed: bool = False
 
 
-@dataclass
 class _Run:
     """A turn's run: its events still to come, and what it produced so far."""
 
-    events: Iterator[dict]
-    held: list[dict] = field(default_factory=list)  # the ending events, released after the commit
-    parts: list[str] = field(default_factory=list)  # the answer's chunks
+    __slots__ = ("events", "held", "parts")
+
+    def __init__(self, events: Iterator[dict]):
+        self.events = events
+        self.held: list[dict] = []  # the ending events, released after the commit
+        self.parts: list[str] = []  # the answer's chunks
 
 
 class TurnService:
@@ -269,6 +276,8 @@ class TurnService:
         # The canvases this process's last turns committed (api/services/canvas_cache.py).
         self.canvases = CanvasCache(config["CANVAS_CACHE_ENTRIES"], config["CANVAS_CACHE_BYTES"])
         self._active: set[Turn] = set()
+        # (tenant id, agent id) -> the app's services and the turn's stateless ones (_turn_services).
+        self._shared_services: dict[tuple[str, str], dict[str, Any]] = {}
         self._active_lock = threading.Lock()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -501,15 +510,7 @@ class TurnService:
             raise _busy(session_id)
         self._check_transcript_room(row)
         # A regenerate reads keyed memory without what the turn it takes back wrote.
-        store = _memory_store(req, None if base is None else (row.id, row.round - 1))
-        services = {
-            **self.services,
-            **(req.services or {}),
-            "memory_store": store,
-            "files": TurnFiles(req.tenant_id, req.agent_id, req.end_user, self.file_settings),
-            "retriever": Retriever(req.tenant_id, self.services.get("llm_settings")),
-            "mcp_servers": TenantServers(req.tenant_id),
-        }
+        services = self._turn_services(req, None if base is None else (row.id, row.round - 1))
         canvas = None
         if kept is not None and base is None:
             try:
@@ -540,19 +541,21 @@ class TurnService:
         )
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
+        # session_id, task_id, owner (none yet), version, round, prior_status, usage_before,
+        # rewound (a regenerate), resumed
         claim = _Claim(
-            session_id=session_id,
-            task_id=task_id,
-            owner=None,
-            version=row.version,
-            round=row.round,
-            prior_status="paused" if row.pending_form else "idle",
-            usage_before=dict(usage),
-            resumed=task_id != turn_id,
+            session_id,
+            task_id,
+            None,
+            row.version,
+            row.round if base is None else row.round - 1,
+            "paused" if row.pending_form else "idle",
+            dict(usage),
+            base is not None,
+            task_id != turn_id,
         )
-        if base is not None:
-            claim.round, claim.rewound = row.round - 1, True
-        turn = Turn(session_id=session_id, task_id=task_id, created=created, keep_events=not inline)
+        # session_id, task_id, created, result, keep_events
+        turn = Turn(session_id, task_id, created, None, not inline)
         run = _Run(events)
         watch = telemetry.TurnObserver(session_id, task_id, req.agent_id)
         with self._active_lock:
@@ -583,6 +586,36 @@ class TurnService:
             raise
         self._end(turn, watch, _outcome(turn.result))
         return turn
+
+    def _turn_services(self, req: TurnRequest, taken_back: tuple[str, int] | None) -> dict[str, Any]:
+        """The services of a turn's canvas: the app's, the request's, and over them the
+        turn's own (keyed memory, files, retrieval and MCP servers of its tenant and agent).
+
+        The turn's own services that keep no state (:data:`_STATELESS_SERVICES`) are made
+        once per (tenant, agent) and shared by its turns (a regenerate's memory store, which
+        leaves out what the turn it takes back wrote, is its own); the file service
+        remembers the rows it read, so each turn gets one.
+        """
+        key = (req.tenant_id, req.agent_id)
+        base = self._shared_services.get(key) if taken_back is None else None
+        if base is None:
+            base = {
+                **self.services,
+                "memory_store": _memory_store(req, taken_back),
+                "retriever": Retriever(req.tenant_id, self.services.get("llm_settings")),
+                "mcp_servers": TenantServers(req.tenant_id),
+            }
+            if taken_back is None:
+                if len(self._shared_services) >= _SHARED_SERVICES_ENTRIES:
+                    self._shared_services.clear()
+                self._shared_services[key] = base
+        services = base.copy()
+        if req.services:
+            services.update(req.services)
+            for name in _STATELESS_SERVICES:  # the turn's own win over the request's
+                services[name] = base[name]
+        services["files"] = TurnFiles(req.tenant_id, req.agent_id, req.end_user, self.file_settings)
+        return services
 
     def _check_transcript_room(self, row: Session | _SessionRow) -> None:
         """Refuse a turn on a session whose stored transcript is full (nothing changes).

@@ -176,6 +176,19 @@ def test_files_on_a_completion_reach_the_model_text_and_image(api: Api, llm: LLM
     assert [f["name"] for f in user["files"]] == ["report.pdf", "dot.png"]
 
 
+def test_a_file_gone_after_a_turn_is_not_found_by_the_next_turn_of_the_agent(api: Api, llm: LLMServer):
+    """The turns of an agent share the services that keep no state (api.services.turns),
+    not the file service, which remembers the rows it read: the next turn reads anew."""
+    agent = api.create_agent(llm_dsl())
+    file_id = upload(api, agent, ("note.txt", b"read me")).json["data"]["id"]
+    session = api.create_session(agent)
+    assert api.ask(agent, session, "read", files=[file_id]).status_code == 200
+    with db.connection_context():
+        UploadFile.delete().where(UploadFile.id == file_id).execute()
+    resp = api.ask(agent, session, "again", files=[file_id])
+    assert resp.status_code == 400 and set(resp.json["data"]["errors"]) == {"files"}, resp.json
+
+
 def test_unknown_and_foreign_files_on_a_completion_are_400_naming_files(api: Api, other: Api, llm: LLMServer):
     agent = api.create_agent(llm_dsl())
     theirs = other.create_agent(llm_dsl())
