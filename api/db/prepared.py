@@ -36,7 +36,8 @@ def mark_text(name: str) -> Node:
     """A placeholder for the text named ``name``, given as ``str`` or as its UTF-8
     ``bytes``. SQLite stores the bytes as the text itself (``CAST(? AS TEXT)``: the
     column holds TEXT, as if the ``str`` had been bound), so a non-ASCII text already
-    at hand as UTF-8 is not made a ``str`` to be encoded again; other databases get the
+    at hand as UTF-8 is not made a ``str`` to be encoded again; so does MySQL (its
+    ``text_of_utf8``: the bytes go into the statement escaped); other databases get the
     decoded ``str``. Call it in the builder (it depends on the database)."""
     if is_sqlite(db):
         return Cast(mark(name), "TEXT")
@@ -47,14 +48,17 @@ def _decoded(value: Any) -> Any:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _binder(slots: list[tuple[int, Any]]) -> Callable[[dict[str, Any]], tuple | list]:
+def _binder(
+    slots: list[tuple[int, Any]], text_of_utf8: Callable[[Any], Any] = _decoded
+) -> Callable[[dict[str, Any]], tuple | list]:
     """What makes a statement's parameters from its named values: ``slots`` holds, in
     order, ``(_NAMED, name)`` for a value bound at execution (``_DECODED``: UTF-8 bytes
-    of it decoded), ``(_FIXED, value)`` for one fixed when the SQL was built."""
+    of it as ``text_of_utf8`` makes them a text), ``(_FIXED, value)`` for one fixed
+    when the SQL was built."""
     if len(slots) > 1 and all(kind == _NAMED for kind, _ in slots):
         return operator.itemgetter(*(name for _, name in slots))  # one C call
     return lambda values: [
-        v if kind == _FIXED else values[v] if kind == _NAMED else _decoded(values[v]) for kind, v in slots
+        v if kind == _FIXED else values[v] if kind == _NAMED else text_of_utf8(values[v]) for kind, v in slots
     ]
 
 
@@ -87,7 +91,8 @@ class Prepared:
         if entry is None or entry[0] is not database:
             query = self._build(mark)
             sql, params = query.sql()
-            entry = (database, sql, _binder([_slot(p) for p in params]), getattr(database, "defer", None))
+            bind = _binder([_slot(p) for p in params], getattr(database, "text_of_utf8", _decoded))
+            entry = (database, sql, bind, getattr(database, "defer", None))
             self._compiled[id(database)] = entry
         return entry
 

@@ -508,6 +508,33 @@ def test_text_with_every_character_a_string_literal_escapes_is_stored_as_sent(ap
     assert session["dsl"]["history"][-2:] == [["user", text], ["assistant", f"echo: {text}"]]
 
 
+@pytest.mark.parametrize("backslash_escapes", [True, False])
+def test_a_text_given_as_utf8_is_stored_as_the_text_on_mysql(mysql_url, backslash_escapes: bool):
+    """A text a statement takes as UTF-8 bytes (prepared.mark_text) is stored as the text,
+    sent with the transaction's next statement or at once, and with the server's
+    backslash escapes off as well (then a quote is doubled instead)."""
+    from api.db.prepared import Prepared, mark_text
+
+    init_database(mysql_url)
+    rename = Prepared(lambda m: Tenant.update(name=mark_text("name")).where(Tenant.id == m("id")))
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+            Tenant.insert_many([{"id": "sent", "name": "a"}, {"id": "run", "name": "b"}]).execute()
+            if not backslash_escapes:
+                db.execute_sql("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+            with write_transaction():
+                sent = rename.send(id="sent", name=("sent " + ESCAPED).encode())
+                assert sent.rowcount == 1
+            assert rename.execute(id="run", name=("run " + ESCAPED).encode()) == 1  # outside a transaction
+            assert {t.id: t.name for t in Tenant.select()} == {
+                "sent": "sent " + ESCAPED,
+                "run": "run " + ESCAPED,
+            }
+    finally:
+        db.obj.close_all()
+
+
 _SPECIAL = st.sampled_from(list("ab\\\n\r\0\x1a\"'é𝄞 "))
 _ESCAPABLE = st.text(alphabet=_SPECIAL | st.characters(), max_size=40)
 
