@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -668,3 +669,100 @@ def test_a_thread_inside_a_connection_context_while_the_handle_moves_leaves_it_c
     assert db.obj is not first
     with first.connection_context():  # the first pool gave the thread's connection back
         assert first.execute_sql("SELECT 1").fetchone() == (1,)
+
+
+def _sqlite_pool(tmp_path, max_connections: int):
+    """A SQLite database of ``max_connections`` that raises at once when they are all in use."""
+    database = open_database(f"sqlite:///{tmp_path / 'pool.db'}", max_connections=max_connections)
+    database._wait_timeout = None  # no waiting for a connection: a test would only hang
+    return database
+
+
+def _open_files(path) -> int:
+    """The descriptors of this process open on ``path``."""
+    fds = os.listdir("/proc/self/fd")
+    return sum(1 for fd in fds if os.path.realpath(f"/proc/self/fd/{fd}") == str(path))
+
+
+def _query_in_threads(database, count: int, stay: threading.Event | None = None) -> list:
+    """Run a query in each of ``count`` threads (closing the connection after); with
+    ``stay``, the threads stay alive until it is set. Returns the errors."""
+    errors, done = [], threading.Barrier(count + 1)
+
+    def work() -> None:
+        try:
+            with database.connection_context():
+                database.execute_sql("SELECT 1").fetchone()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+        done.wait(10)
+        if stay is not None:
+            stay.wait(10)
+
+    threads = [threading.Thread(target=work) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    done.wait(10)
+    if stay is None:
+        for thread in threads:
+            thread.join(10)
+    return errors
+
+
+def test_a_sqlite_connection_a_thread_closed_is_no_less_the_pools(tmp_path):
+    """A thread keeps the connection it closed for its next one, yet no other thread is
+    refused one meanwhile, and one that ended leaves its connection to the others."""
+    database = _sqlite_pool(tmp_path, max_connections=2)
+    try:
+        with database.connection_context():
+            first = database.connection()
+        with database.connection_context():
+            assert database.connection() is first  # the same thread: its own again
+        stay = threading.Event()
+        assert _query_in_threads(database, 2, stay) == []  # both alive, each holding one unused
+        try:
+            with database.connection_context():  # the pool has none left but those
+                assert database.execute_sql("SELECT 2").fetchone() == (2,)
+        finally:
+            stay.set()
+        for _ in range(5):  # threads that end: 10 threads, 2 connections
+            assert _query_in_threads(database, 2) == []
+    finally:
+        database.close_all()
+
+
+def test_closing_a_sqlite_pools_connections_closes_those_threads_keep(tmp_path):
+    database = _sqlite_pool(tmp_path, max_connections=4)
+    path = (tmp_path / "pool.db").resolve()
+    try:
+        stay = threading.Event()
+        assert _query_in_threads(database, 2, stay) == []
+        with database.connection_context():
+            database.execute_sql("SELECT 1")
+        assert _open_files(path) == 3
+        database.close_idle()  # as pointing the models at another database does
+        assert _open_files(path) == 0
+        assert _query_in_threads(database, 2) == []
+        with database.connection_context():
+            database.execute_sql("SELECT 1")
+        database.close_all()
+        assert _open_files(path) == 0
+        with database.connection_context():  # this thread's, closed by close_all: a new one
+            assert database.execute_sql("SELECT 3").fetchone() == (3,)
+        stay.set()
+    finally:
+        database.close_all()
+
+
+def test_a_stale_sqlite_connection_a_thread_kept_is_replaced(tmp_path):
+    database = _sqlite_pool(tmp_path, max_connections=2)
+    try:
+        with database.connection_context():
+            first = database.connection()
+        database._stale_timeout = 0.001
+        time.sleep(0.01)
+        with database.connection_context():
+            assert database.connection() is not first
+            assert database.execute_sql("SELECT 1").fetchone() == (1,)
+    finally:
+        database.close_all()
