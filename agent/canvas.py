@@ -53,6 +53,7 @@ from agent.errors import (
     UsageError,
 )
 from agent.forms import check_answers, value_size
+from agent.frozen import FrozenList
 from agent.memo import BoundedMemo
 from agent.refs import Ref, descend, parse_ref, sole_ref
 from agent.stream import LazyText
@@ -293,6 +294,8 @@ class Canvas:
         self.dsl = dsl
         # (the components, their JSON): see _dumps(); a reload keeps it with the DSL.
         self._components_json: tuple[dict, bytes] | None = None
+        # The history's JSON as the last dump wrote it (see _dumps()); kept by a reload too.
+        self._history_written: _WrittenHistory | None = None
         self._build_components(components)
         self._take_state(dsl)
 
@@ -527,7 +530,9 @@ class Canvas:
         """The text of ``snapshot`` (:meth:`to_dict`) as :func:`jsonio.dumps_plain` writes
         it, and whether orjson wrote it (then as its UTF-8 bytes). The JSON of the
         components is written once per canvas: a run never changes the DSL, so a kept
-        canvas's next turns write the same components (a fifth of the snapshot)."""
+        canvas's next turns write the same components (a fifth of the snapshot); and the
+        history's entries once each (see :func:`_history_json`), when the history follows
+        the components."""
         if next(iter(snapshot)) != "components":  # written in their place by one call
             return self._dumps_whole(snapshot)
         components = snapshot["components"]
@@ -539,11 +544,18 @@ class Canvas:
             written = self._components_json = (components, inner[1:-1])
         rest = dict(snapshot)
         del rest["components"]
+        history = b""
+        if next(iter(rest), None) == "history":
+            self._history_written = _history_json(rest["history"], self._history_written)
+            if self._history_written is not None:
+                history = self._history_written.text
+                del rest["history"]
         tail = jsonio.dumps_utf8(rest)
         if tail is None:
             return self._dumps_whole(snapshot)
         # orjson writes an object as its members in order: the components first, then the rest's.
-        return b"".join((b'{"components":', written[1], b"," if len(tail) > 2 else b"", tail[1:])), True
+        parts = (b'{"components":', written[1], b',"history":' if history else b"", history)
+        return b"".join((*parts, b"," if len(tail) > 2 else b"", tail[1:])), True
 
     @staticmethod
     def _dumps_whole(snapshot: dict) -> tuple[bytes | str, bool]:
@@ -569,6 +581,8 @@ class Canvas:
         if not self._plain or written is None or written[0] is not text:
             return None
         for entry in self.history[-2:]:  # the pair a run adds (built from text)
+            if type(entry) is HistoryEntry:
+                continue
             if (
                 type(entry) is not list
                 or len(entry) != 2
@@ -1179,8 +1193,8 @@ class Canvas:
         turn = self.turn
         answer = turn["answer"]
         usage = turn.get("usage") or {}
-        self.history.append(["user", turn["query"]])
-        self.history.append(["assistant", answer])
+        self.history.append(_history_entry("user", turn["query"]))
+        self.history.append(_history_entry("assistant", answer))
         overflow = len(self.history) - self.limits.history_size
         if overflow > 0:
             del self.history[:overflow]
@@ -1270,6 +1284,92 @@ class Canvas:
 #: The snapshot keys a run changes, kept as their JSON by :meth:`Canvas.keep` (and
 #: ``history``, kept as it is: pairs of text, plain JSON by construction).
 _KEPT_AS_TEXT = tuple(k for k in _RUNTIME_KEYS if k != "history")
+
+
+class HistoryEntry(FrozenList):
+    """A ``[role, text]`` pair of the history, both text, as a turn adds it: read-only, so
+    the JSON a dump wrote of it holds at the next dump (see :func:`_history_json`)."""
+
+    __slots__ = ()
+    refusal = "a history entry cannot be changed; put a new [role, text] list in its place"
+
+
+def _history_entry(role: str, text: Any) -> list:
+    return HistoryEntry((role, text)) if type(text) is str else [role, text]
+
+
+class _WrittenHistory:
+    """A history's JSON as a dump wrote it, for the next dump to reuse.
+
+    Attributes:
+        entries: the entries written, each a pair of text: the history's own
+            :class:`HistoryEntry` objects, or read-only copies of its plain lists.
+        text: their JSON, as orjson writes the history (UTF-8).
+    """
+
+    __slots__ = ("entries", "text")
+
+    def __init__(self, entries: list, text: bytes):
+        self.entries = entries
+        self.text = text
+
+
+def _history_json(history: Any, written: _WrittenHistory | None) -> _WrittenHistory | None:
+    """``history``'s JSON: ``written`` (brought up to date in place), or written anew.
+
+    A turn keeps all but a few entries: it adds a pair at the end, and drops the oldest
+    past ``history_size``. Then the JSON of the entries ``written`` still has is reused,
+    once ``history`` is checked to be them followed by the new ones, compared by value
+    (a pair of text equal to a written one has its JSON; the written entries themselves
+    compare at once); any other change writes the history anew.
+
+    Returns:
+        ``None`` when an entry is not a pair of text, or only the standard library writes
+        it: the snapshot then writes the history as it writes the rest.
+    """
+    if type(history) is not list:
+        return None
+    if written is not None and history:
+        entries, first, drop = written.entries, history[0], 0
+        while drop < len(entries) and entries[drop] != first:
+            drop += 1
+        kept = len(entries) - drop
+        new = history[kept:]
+        if not 0 < kept <= len(history) or not _pairs_of_text(new):
+            pass
+        elif not new and not drop:
+            if entries == history:
+                return written
+        elif (text := jsonio.dumps_utf8(new)) is not None:
+            # orjson writes the dropped entries as the written text starts, up to the first one kept.
+            dropped = jsonio.dumps_utf8(entries[:drop]) if drop else None
+            start = len(dropped) if dropped is not None else 1
+            del entries[:drop]
+            entries += _read_only(new)
+            if entries == history:
+                body = written.text[start:-1]
+                written.text = b"".join((b"[", body, b",", text[1:]) if new else (b"[", body, b"]"))
+                return written
+    if not _pairs_of_text(history):
+        return None
+    text = jsonio.dumps_utf8(history)
+    return None if text is None else _WrittenHistory(_read_only(history), text)
+
+
+def _pairs_of_text(entries: list) -> bool:
+    for entry in entries:
+        if type(entry) is not HistoryEntry and (
+            type(entry) is not list
+            or len(entry) != 2
+            or type(entry[0]) is not str
+            or type(entry[1]) is not str
+        ):
+            return False
+    return True
+
+
+def _read_only(entries: list) -> list:
+    return [e if type(e) is HistoryEntry else HistoryEntry(e) for e in entries]
 
 
 class _CancelFlag:

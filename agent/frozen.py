@@ -21,14 +21,17 @@ class NotFreezable(TypeError):
 
 
 def refuse_change(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
-    raise TypeError(
-        "component params are shared by every session of an agent and cannot be changed; "
-        "work on a copy (list(x), dict(x), copy.deepcopy(x))"
-    )
+    raise TypeError(getattr(type(self), "refusal", _SHARED_REFUSAL))
+
+
+_SHARED_REFUSAL = (
+    "component params are shared by every session of an agent and cannot be changed; "
+    "work on a copy (list(x), dict(x), copy.deepcopy(x))"
+)
 
 
 class FrozenList(list):
-    """A ``list`` that refuses every change."""
+    """A ``list`` that refuses every change (``TypeError``: the class's ``refusal``, if it has one)."""
 
     __slots__ = ()
     __setitem__ = __delitem__ = __iadd__ = __imul__ = refuse_change

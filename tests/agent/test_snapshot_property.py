@@ -5,14 +5,16 @@ service's per-process cache of canvases, api/services/canvas_cache.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import jsonio
-from agent.canvas import Canvas
+from agent.canvas import Canvas, Limits
 from agent.component.form_base import _FORMS
 from agent.errors import InputError, UsageError
 from tests.agent.test_forms import form_dsl
@@ -142,7 +144,7 @@ def _attributes(canvas):
             return type(v).__name__
         return v
 
-    skipped = ("_finished_late", "_started_late", "_components_json")
+    skipped = ("_finished_late", "_started_late", "_components_json", "_history_written")
     own = {k: value(v) for k, v in vars(canvas).items() if k not in skipped}
     own["components"] = {
         cid: {k: value(v) for k, v in vars(cpn).items() if k != "_canvas" and k not in cpn.param_derived}
@@ -153,11 +155,16 @@ def _attributes(canvas):
 
 def _check_derived(canvas):
     """What a kept canvas keeps of its DSL is what its DSL gives: the components' JSON,
-    and each form's worked-out form (its params' own, shared)."""
+    and each form's worked-out form (its params' own, shared); and of its history, the
+    JSON of the entries it has (written by the last dump)."""
     written = canvas._components_json
     if written is not None:
         assert written[0] is canvas.dsl["components"]
         assert written[1] == jsonio.dumps(canvas.dsl["components"]).encode()
+    history = canvas._history_written
+    if history is not None:
+        assert history.entries == canvas.history
+        assert history.text == jsonio.dumps(canvas.history).encode()
     for cpn in canvas.components.values():
         assert set(vars(cpn)) & cpn.param_derived <= {"_form"}
         if "_form" in vars(cpn):
@@ -235,3 +242,62 @@ def test_the_snapshot_text_is_what_one_json_call_writes():
     assert big._components_json is None  # written whole by the standard library
     only = Canvas(json.dumps({"components": dsl["components"], "path": [], "history": [], "retrieval": []}))
     assert only.dump() == jsonio.dumps_plain(only.to_dict())[0]
+
+
+def test_the_history_is_written_anew_where_it_changed():
+    """dump() reuses the JSON of the history entries the last dump wrote: whatever changed
+    the history since (a turn, an edit, a rollback, a reset), the text is the one json
+    call's, and a kept canvas goes on from it."""
+    dsl = sample("intake_form")["dsl"]
+    limits = Limits(history_size=6)
+    edits = {
+        3: lambda h: h.__setitem__(1, ["assistant", "edited ≥"]),  # an entry replaced
+        4: lambda h: h.insert(0, ["user", "older"]),
+        5: lambda h: h.__delitem__(2),
+        6: lambda h: h.append({"role": "user", "content": "a dict"}),  # not a pair: written whole
+        8: lambda h: h.__setitem__(0, ["user", 2**70]),  # only the standard library writes it
+        9: lambda h: h.clear(),
+        11: lambda h: h.extend([["user", "x"], ["user", "x"], ["assistant", "y"]]),  # equal entries
+        12: lambda h: h.reverse(),
+        14: lambda h: h.__delitem__(slice(0, 2)),  # the oldest dropped, none added
+    }
+    canvas = Canvas(json.dumps(dsl), limits=limits)
+    not_kept = []
+    for turn in range(16):
+        for body in ({"query": f"hi {turn} ü"}, {"inputs": {"name": "Ann", "age": 41, "plan": "pro"}}):
+            list(canvas.run(**body))
+            if turn in edits and "query" in body:  # edited between two dumps
+                edits.pop(turn)(canvas.history)
+            assert str(canvas) == jsonio.dumps_plain(canvas.to_dict())[0]
+            text = canvas.dump(keepable=True)
+            assert text == jsonio.dumps_plain(canvas.to_dict())[0]
+            assert json.loads(text)["history"] == canvas.history
+            kept = canvas.keep(text)
+            if kept is None:
+                not_kept.append((turn, "inputs" in body))
+            canvas = kept.load(limits=limits) if kept is not None else Canvas(text, limits=limits)
+            _check_derived(canvas)
+    # Not kept while the history ends with the dict, and with what only the standard library writes.
+    assert not_kept == [(6, False), (8, False)]
+    assert len(canvas.history) == 6
+    canvas.history.append(["user", "not kept"])
+    canvas.limits.max_steps = 1  # the turn fails: the history it began with is back
+    events = list(canvas.run(query="fails"))
+    assert events[-1]["data"]["status"] == "failed"
+    assert canvas.dump() == jsonio.dumps_plain(canvas.to_dict())[0]
+    assert json.loads(canvas.dump())["history"] == json.loads(text)["history"]
+    canvas.reset()
+    assert canvas.dump() == jsonio.dumps_plain(canvas.to_dict())[0]
+
+
+def test_the_entries_a_turn_adds_cannot_be_changed_in_place():
+    """So the JSON a dump wrote of them holds; copies are ordinary lists."""
+    canvas = Canvas(json.dumps(sample("greeting")["dsl"]))
+    list(canvas.run(query="hi"))
+    entry = canvas.history[0]
+    assert entry == ["user", "hi"]
+    for change in (lambda: entry.append("x"), lambda: entry.__setitem__(1, "x"), lambda: entry.clear()):
+        with pytest.raises(TypeError, match="history entry cannot be changed"):
+            change()
+    assert type(copy.deepcopy(entry)) is list and type(list(entry)) is list
+    assert Canvas(canvas.to_dict()).history == canvas.history
