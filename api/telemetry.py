@@ -262,25 +262,31 @@ class TurnObserver:
         (JSON, no filters), it is written here as :class:`JsonFormatter` writes it: in
         a server the logging module's generic path (a record of a dozen fields, the
         caller's frame, the handler chain) took 40-100 us a turn with the caches cold
-        from the turn, against 20-40 us written here.
+        from the turn, against 20-40 us written here. Without tracing there is no span
+        to make current for it, so the turn's ids are added to the line as it is made.
         """
-        with self.active():
-            handler = _sole_json_handler(log)
-            if handler is not None:
-                pid = os.getpid() if logging.logProcesses else None
-                # The text log.info below makes of it (no token can be in it: no scrub).
-                message = f"turn {outcome} in {seconds:.3f} s"
-                line = _json_line(time.time(), None, "info", log.name, pid, message)
+        handler = _sole_json_handler(log)
+        if handler is not None:
+            pid = os.getpid() if logging.logProcesses else None
+            # The text log.info below makes of it (no token can be in it: no scrub).
+            message = f"turn {outcome} in {seconds:.3f} s"
+            if agent_telemetry.tracing_enabled():
+                with self.active():  # the turn's span current: its ids go on the line
+                    line = _json_line(time.time(), None, "info", log.name, pid, message)
                 text = JsonFormatter.encode(line) + handler.terminator
-                handler.acquire()
-                try:
-                    handler.stream.write(text)
-                    handler.flush()
-                    return
-                except Exception:  # noqa: BLE001, S110 - logged the standard way below, which reports it
-                    pass
-                finally:
-                    handler.release()
+            else:
+                text = _json_line_text(time.time(), "info", log.name, pid, message, self.log_fields)
+                text += handler.terminator
+            handler.acquire()
+            try:
+                handler.stream.write(text)
+                handler.flush()
+                return
+            except Exception:  # noqa: BLE001, S110 - logged the standard way below, which reports it
+                pass
+            finally:
+                handler.release()
+        with self.active():
             log.info("turn %s in %.3f s", outcome, seconds)
 
 
@@ -361,7 +367,11 @@ def log_context(**fields: str) -> Iterator[None]:
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, tokens scrubbed."""
 
-    encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+    @staticmethod
+    def encode(line: dict[str, Any]) -> str:
+        """``line`` as the ``json`` module writes it (``", "`` and ``": "`` between items,
+        non-ASCII kept, anything else as ``str()``)."""
+        return _flat_json(line) or _encode_json(line)
 
     def format(self, record: logging.LogRecord) -> str:
         line = _json_line(
@@ -381,11 +391,46 @@ class JsonFormatter(logging.Formatter):
 _second: tuple[int, str] = (-1, "")
 
 
+_encode_json = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_json_text = json.encoder.encode_basestring  # a JSON string, non-ASCII kept, as _encode_json writes it
+
+
+def _flat_json(line: dict[str, Any]) -> str | None:
+    """``_encode_json(line)`` for an object of text keys and text, whole-number or null
+    values (what a log line usually is), else ``None``.
+
+    The ``json`` module builds its C encoder anew for every call, which cost more than
+    writing the few items of a line itself.
+    """
+    items = []
+    for key, value in line.items():
+        kind = type(value)
+        if kind is str:
+            text = _json_text(value)
+        elif kind is int:
+            text = int.__repr__(value)
+        elif value is None:
+            text = "null"
+        else:
+            return None
+        if type(key) is not str:
+            return None
+        items.append(f"{_json_text(key)}: {text}")
+    return "{" + ", ".join(items) + "}"
+
+
 def _json_line(
-    created: float, msecs: float | None, level: str, logger: str, pid: int | None, message: str
+    created: float,
+    msecs: float | None,
+    level: str,
+    logger: str,
+    pid: int | None,
+    message: str,
+    own: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A JSON log line's fields: these, then the log context of this thread
-    (:func:`log_context`) and the current span's ids when tracing."""
+    (:func:`log_context`) and ``own`` (as if added by it), and the current span's ids
+    when tracing."""
     line: dict[str, Any] = {
         "time": _json_time(created, msecs),
         "level": level,
@@ -396,9 +441,34 @@ def _json_line(
     context = _context.get()
     if context:
         line.update(context)
+    if own:
+        line.update(own)
     if agent_telemetry.tracing_enabled():  # else no span records, and there are no ids
         line.update(agent_telemetry.current_trace_ids())
     return line
+
+
+#: The fields every JSON log line starts with.
+_LINE_KEYS = frozenset({"time", "level", "logger", "pid", "message"})
+
+
+def _json_line_text(
+    created: float, level: str, logger: str, pid: int | None, message: str, own: dict[str, str]
+) -> str:
+    """``JsonFormatter.encode(_json_line(created, None, level, logger, pid, message, own))``
+    while not tracing, written straight: the fixed fields need no encoder, and the log
+    context of text values is written by :func:`_flat_json` (anything else, or a context
+    key that replaces a fixed field, takes the generic way)."""
+    context = _context.get()
+    fields = {**context, **own} if context else own
+    extra = _flat_json(fields) if _LINE_KEYS.isdisjoint(fields) else None
+    if extra is None:
+        return JsonFormatter.encode(_json_line(created, None, level, logger, pid, message, own))
+    head = (
+        f'{{"time": "{_json_time(created)}", "level": {_json_text(level)}, "logger": {_json_text(logger)}, '
+        f'"pid": {"null" if pid is None else int.__repr__(pid)}, "message": {_json_text(message)}'
+    )
+    return f"{head}, {extra[1:]}" if fields else head + "}"
 
 
 def _json_time(created: float, msecs: float | None = None) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+from collections.abc import Iterator
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -146,27 +151,19 @@ def test_a_turn_writes_one_json_log_line_with_its_ids_and_trace(api: Api, spans)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
 
 
-def test_the_turn_line_written_directly_is_the_line_logging_writes(api: Api, spans):
-    """configure_logging's handler gets the turn's line written straight to it; any other
-    set-up (here a filter on the handler) goes through logging. Same line either way."""
-    import io
-    import json
-    import logging
-
+@contextlib.contextmanager
+def server_logging() -> Iterator[tuple[logging.Handler, io.StringIO]]:
+    """The ``agentcanvas`` loggers as a server sets them up (JSON), writing to a text
+    buffer meanwhile: ``(handler, buffer)``; the loggers as they were afterwards."""
     from api.telemetry import configure_logging
 
     root = logging.getLogger("agentcanvas")
     saved = (list(root.handlers), root.level, root.propagate)
     configure_logging("json", "info")
-    handler = root.handlers[0]
     out = io.StringIO()
-    handler.setStream(out)
-    seen = []
+    root.handlers[0].setStream(out)
     try:
-        agent_id = api.create_agent(echo_dsl())
-        direct = api.ask(agent_id, None, "hello").json["data"]
-        handler.addFilter(lambda record: seen.append(record.getMessage()) or True)
-        logged = api.ask(agent_id, None, "hello").json["data"]
+        yield root.handlers[0], out
     finally:
         for old in list(root.handlers):
             root.removeHandler(old)
@@ -174,6 +171,19 @@ def test_the_turn_line_written_directly_is_the_line_logging_writes(api: Api, spa
             root.addHandler(old)
         root.setLevel(saved[1])
         root.propagate = saved[2]
+
+
+def test_the_turn_line_written_directly_is_the_line_logging_writes(api: Api, spans):
+    """configure_logging's handler gets the turn's line written straight to it; any other
+    set-up (here a filter on the handler) goes through logging. Same line either way."""
+    import json
+
+    seen = []
+    with server_logging() as (handler, out):
+        agent_id = api.create_agent(echo_dsl())
+        direct = api.ask(agent_id, None, "hello").json["data"]
+        handler.addFilter(lambda record: seen.append(record.getMessage()) or True)
+        logged = api.ask(agent_id, None, "hello").json["data"]
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     turns = [line for line in lines if line["message"].startswith("turn succeeded in ")]
     assert [line["session_id"] for line in turns] == [direct["session_id"], logged["session_id"]]
@@ -190,3 +200,75 @@ def test_the_turn_line_written_directly_is_the_line_logging_writes(api: Api, spa
         if k not in ("time", "message", "task_id", "session_id", "trace_id", "span_id")
     }
     assert seen and seen[-1] == turns[1]["message"]  # the second went through logging
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        {},
+        {"message": "plain", "pid": 12, "n": -3, "none": None},
+        {"message": 'quotes " and \\ back\nslash\t\x01', "é": "non-ASCII kept: ü 日本 \U0001f600"},
+        {"flag": True},  # not written straight: a boolean
+        {"ratio": 0.5},
+        {"nested": {"a": [1, 2]}},
+        {"obj": object()},  # as str(), by the json module's default
+        {1: "a number for a key"},
+    ],
+)
+def test_a_log_line_is_written_as_the_json_module_writes_it(line):
+    import json
+
+    from api.telemetry import JsonFormatter
+
+    assert JsonFormatter.encode(line) == json.JSONEncoder(ensure_ascii=False, default=str).encode(line)
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        None,
+        {"request_id": "r-1"},
+        {"session_id": "outer", "note": 'ü "x"'},
+        {"message": "shadows"},
+        {"n": 3.5},
+    ],
+)
+def test_the_turn_line_without_tracing_is_the_line_made_from_its_fields(monkeypatch, context):
+    """While not tracing the turn's line is written without making its fields first; the
+    text is the same as from the fields (a context key that replaces a fixed field, or a
+    value that is not text, is written from the fields)."""
+    from api import telemetry
+
+    monkeypatch.setattr(telemetry.agent_telemetry, "tracing_enabled", lambda: False)
+    own = {"task_id": "t-1", "session_id": "s-1"}
+    created = 1_764_547_200.0421
+    with telemetry.log_context(**context) if context else telemetry.log_context():
+        for pid in (1234, None):
+            fields = telemetry._json_line(
+                created, None, "info", "agentcanvas.turns", pid, "turn paused in 0.002 s", own
+            )
+            expected = telemetry.JsonFormatter.encode(fields)
+            text = telemetry._json_line_text(
+                created, "info", "agentcanvas.turns", pid, "turn paused in 0.002 s", own
+            )
+            assert text == expected
+
+
+def test_the_turn_line_without_tracing_carries_the_turn_ids(api: Api, monkeypatch):
+    import json
+
+    from api import telemetry
+
+    monkeypatch.setattr(telemetry.agent_telemetry, "tracing_enabled", lambda: False)
+    with server_logging() as (_, out):
+        agent_id = api.create_agent(echo_dsl())
+        with telemetry.log_context(request_id="r-7"):
+            data = api.ask(agent_id, None, "hello").json["data"]
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    line = next(line for line in lines if line["message"].startswith("turn succeeded in "))
+    assert list(line) == ["time", "level", "logger", "pid", "message", "request_id", "task_id", "session_id"]
+    assert (line["session_id"], line["task_id"], line["request_id"]) == (
+        data["session_id"],
+        data["task_id"],
+        "r-7",
+    )
