@@ -38,7 +38,6 @@ from peewee import (
     PostgresqlDatabase,
     SqliteDatabase,
     __exception_wrapper__,
-    _savepoint,
 )
 from playhouse.pool import (
     MaxConnectionsExceeded,
@@ -388,12 +387,6 @@ def _mysql_connection_class() -> type:
     * **deferred writes** of the open transaction (:meth:`defer`, ``Prepared.send``):
       their answers are read before the statement's, at the latest before ``COMMIT``
       (a ``COMMIT`` sent behind a write that failed would commit the rest).
-    * on MariaDB, the deferred writes and the ``COMMIT`` that ends them
-      (:meth:`commit_deferred_if`): one block of statements (``BEGIN NOT ATOMIC``, run
-      outside a procedure), which the server stops at the first that fails, the
-      ``COMMIT`` made only where a given write matched one row; answered by one OK
-      (several statements in one query are answered statement by statement, and the
-      client woke up for each).
 
     A command sent ahead that fails closes the connection (the statement's answer is
     still on its way, out of step; the server rolls back the open transaction) and its
@@ -412,10 +405,6 @@ def _mysql_connection_class() -> type:
         return struct.pack("<iB", len(sql) + 1, COMMAND.COM_QUERY) + sql
 
     autocommit_on, autocommit_off = query(b"SET autocommit=1"), query(b"SET autocommit=0")
-    # A block of statements (MariaDB runs one outside a procedure), answered by one OK.
-    block_begin = b"BEGIN NOT ATOMIC DECLARE matched BIGINT DEFAULT -1; "
-    note_matched = b"SET matched = ROW_COUNT(); "
-    block_end = b"IF matched = 1 THEN COMMIT; END IF; END"
     rollback = query(b"ROLLBACK")
     may_follow = tuple(verb.encode() for verb in (*_READ_VERBS, "BEGIN"))
 
@@ -575,9 +564,7 @@ def _mysql_connection_class() -> type:
         began = False
         #: whether the server is a Galera node (set when connected)
         galera = False
-        #: whether the server is MariaDB (set when connected)
-        mariadb = False
-        #: statements of the open transaction to send with the next one: (SQL, Sent)
+        #: statements of the open transaction to send with the next one: (packet, Sent)
         deferred: tuple = ()
         _ahead = b""
         #: the error of a failed check (set below)
@@ -587,7 +574,6 @@ def _mysql_connection_class() -> type:
             #: the descriptions of results seen, by their bytes (see Result)
             self.known_results: dict[bytes, tuple] = {}
             super().__init__(*args, **kwargs)
-            self.mariadb = "MariaDB" in (self.server_version or "")
 
         def _read_query_result(self, unbuffered: bool = False) -> int:
             # pymysql's, with a Result of the class above
@@ -767,40 +753,19 @@ def _mysql_connection_class() -> type:
         def defer(self, sql: bytes, sent: Sent) -> None:
             """Send ``sql`` (a write of the open transaction, its values bound and
             encoded: :meth:`bind`) with the next statement; its answer fills ``sent``."""
-            self.deferred = (*self.deferred, (sql, sent))
+            self.deferred = (*self.deferred, (query(sql), sent))
 
         def flush(self) -> None:
             """Send the deferred statements now and read their answers: one round trip."""
             if self.deferred:
                 self._send_ahead(None)
 
-        def commit_deferred_if(self, matched: Sent) -> bool:
-            """Send the deferred statements and ``COMMIT`` as one block, the ``COMMIT``
-            made only where the deferred write ``matched`` matched one row, and read its
-            answer: one round trip. Whether it committed (else the transaction is open,
-            with every deferred write made). ``matched.rowcount`` is then 1, else 0 (not
-            1); the other statements' counts are not known (-1). MariaDB only; an error
-            of a statement stops the block there (nothing after it runs, no ``COMMIT``)
-            and closes the connection, as an error of a deferred statement does."""
-            parts = [b"", block_begin]  # the packet's header first (below): one copy of the statements
-            for sql, sent in self.deferred:
-                parts += (sql, b"; ")
-                if sent is matched:
-                    parts.append(note_matched)
-            parts.append(block_end)
-            parts[0] = struct.pack("<iB", sum(map(len, parts)) + 1, COMMAND.COM_QUERY)
-            self._send_ahead(None, b"".join(parts))
-            committed = not self.server_status & SERVER_STATUS.SERVER_STATUS_IN_TRANS
-            matched.rowcount = 1 if committed else 0
-            return committed
-
         def _execute_command(self, command, sql):  # noqa: ANN001, ANN202 - pymysql's signature
             if command != COMMAND.COM_QUERY:
                 return super()._execute_command(command, sql)
             return self._send_ahead(sql)
 
-        def _send_ahead(self, sql, block: bytes | None = None) -> None:  # noqa: ANN001 - str or bytes, or None
-            # sql None: the deferred statements alone, or (``block``) the packet made of them.
+        def _send_ahead(self, sql) -> None:  # noqa: ANN001 - str or bytes, or None (the deferred alone)
             if not self._sock:
                 raise pymysql.err.InterfaceError(0, "")  # closed (as pymysql says it)
             ahead, answers = [], []
@@ -826,13 +791,9 @@ def _mysql_connection_class() -> type:
                 if status & SERVER_STATUS.SERVER_STATUS_AUTOCOMMIT:
                     ahead.append(autocommit_off)
                     answers.append(False)
-            if block is None:
-                for deferred, sent in self.deferred:
-                    ahead.append(query(deferred))
-                    answers.append(sent)
-            else:
-                ahead.append(block)
-                answers.append(False)
+            for packet, sent in self.deferred:
+                ahead.append(packet)
+                answers.append(sent)
             if sql is not None and not ahead:
                 return super()._execute_command(COMMAND.COM_QUERY, sql)
             self._ahead = b"".join(ahead)
@@ -855,7 +816,7 @@ def _mysql_connection_class() -> type:
 
         def _write_bytes(self, data):  # noqa: ANN001, ANN202 - pymysql's signature
             if self._ahead:
-                data, self._ahead = self._ahead + data if data else self._ahead, b""
+                data, self._ahead = self._ahead + data, b""
             super()._write_bytes(data)
 
         def _read_answers_ahead(self, answers, unsent: bool) -> None:  # noqa: ANN001
@@ -951,27 +912,6 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
         code = cluster.mysql_code(failures[-1][1]) or 2003
         reasons = "; ".join(f"{where}: {exc.args[-1] if exc.args else exc}" for where, exc in failures)
         raise pymysql.err.OperationalError(code, f"no database host is usable ({reasons})")
-
-
-class _CountedSavepoint(_savepoint):
-    """peewee's savepoint (a nested ``atomic()``), counted on the thread's state while open:
-    peewee keeps no record of them, and :meth:`ReconnectingPooledMySQLDatabase.commit_if_one`
-    commits nothing inside one (its end would find no transaction)."""
-
-    def __enter__(self) -> _CountedSavepoint:
-        state = self.db._state  # noqa: SLF001 - peewee's per-thread state
-        state.savepoints = getattr(state, "savepoints", 0) + 1
-        try:
-            return super().__enter__()
-        except BaseException:
-            state.savepoints -= 1
-            raise
-
-    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001 - the context manager protocol
-        try:
-            super().__exit__(exc_type, exc, tb)
-        finally:
-            self.db._state.savepoints -= 1  # noqa: SLF001
 
 
 class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, _HostsMySQLDatabase):
@@ -1076,31 +1016,6 @@ class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, 
             self._reopen_transaction()  # nothing of it was answered: all of it again
             with __exception_wrapper__:
                 self._state.conn.flush()
-
-    def savepoint(self, sid: str | None = None) -> _CountedSavepoint:  # noqa: D102 - peewee's
-        return _CountedSavepoint(self, sid)
-
-    def commit_if_one(self, sent: Sent) -> int:
-        """:func:`commit_if_one` (see there): on MariaDB, ``sent`` deferred and the
-        transaction begun with autocommit off and not nested, the deferred statements and
-        the ``COMMIT`` go as one query (:meth:`Connection.commit_deferred_if`)."""
-        conn = self._state.conn
-        if (
-            conn is None
-            or not conn.mariadb
-            or conn.autocommit_wanted
-            or self.transaction_depth() != 1
-            or vars(self._state).get("savepoints")  # (a thread-local: getattr's miss makes an error)
-            or not any(each is sent for _, each in conn.deferred)
-            or sum(len(sql) for sql, _ in conn.deferred) > _DEFERRED_MAX_BYTES  # one packet
-        ):
-            return sent.rowcount
-        # Not begun again elsewhere if the connection drops (as flush_deferred does): its
-        # COMMIT may have been made. The caller finds out (api.services.turns reads back).
-        with __exception_wrapper__:
-            if conn.commit_deferred_if(sent):
-                conn.began = False  # ended: commit() has nothing left to commit
-        return sent.rowcount
 
     def commit(self) -> None:
         self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
@@ -1803,20 +1718,6 @@ def write_transaction() -> contextlib.AbstractContextManager[None]:
     the process's lock goes on the moment the writer before it is done.
     """
     return _WriteTransaction()
-
-
-def commit_if_one(sent: Sent) -> int:
-    """``sent.rowcount``, the transaction committed now if it is 1 and the database can
-    do that in the round trip that sends ``sent`` (MariaDB: the deferred writes and a
-    ``COMMIT`` made only where ``sent`` matched one row, in one block); else it commits
-    when it ends, as usual. For the last write of a transaction whose end depends on
-    its count: nothing but a rollback or more writes where the count is not 1 may
-    follow (a write after a commit made here would begin a transaction of its own).
-    """
-    database = sent._database  # noqa: SLF001 - None: it ran at once, or not on MySQL
-    if database is None:
-        return sent.rowcount
-    return database.commit_if_one(sent)
 
 
 def run_retrying(work: Callable[[], T]) -> T:

@@ -58,7 +58,7 @@ from api import telemetry
 from api.config import canvas_limits
 from api.db import MessageLog, Session, db, now_ms, write_transaction
 from api.db.cluster import write_conflict
-from api.db.database import commit_if_one, run_retrying, writer_in_line
+from api.db.database import run_retrying, writer_in_line
 from api.db.prepared import Prepared, mark_text
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
@@ -943,15 +943,7 @@ class TurnService:
             update = (same_task or save).send(**values)
             if exchange is not None and not claim.rewound:
                 _APPEND_EXCHANGE.send(**exchange)
-            # When nothing but them is written (the writes below are not needed), on
-            # MariaDB their round trip also commits, where the UPDATE matched the row.
-            writes_follow = (
-                claim.rewound
-                or used_files
-                or (snapshot is not None and canvas.memory_writes)
-                or (result.status == "succeeded" and canvas.memory_saves)
-            )
-            matched = update.rowcount if writes_follow else commit_if_one(update)
+            matched = update.rowcount
             if matched != 1 and same_task is not None:
                 matched = save.execute(**values)  # see _claim_or_save
             if matched != 1:

@@ -608,67 +608,6 @@ def test_writes_sent_ahead_in_a_transaction_begun_by_begin_never_commit_alone(my
         db.obj.close_all()
 
 
-def _tenant_names(url: str) -> list[str]:
-    """The tenants' names as another connection reads them (what is committed)."""
-    server, name = url.removeprefix("mysql://root@").split("/")
-    host, port = server.split(":")
-    other = pymysql.connect(host=host, port=int(port), user="root", database=name, autocommit=True)
-    try:
-        with other.cursor() as cur:
-            cur.execute("SELECT name FROM tenant ORDER BY name")
-            return [row[0] for row in cur.fetchall()]
-    finally:
-        other.close()
-
-
-def test_a_transaction_commits_with_its_deferred_writes_only_where_the_update_matched(mysql_url):
-    """commit_if_one: where the UPDATE matched its row, the writes sent with it are
-    committed then; where it matched none, nothing is, the transaction stays open (more
-    writes, then its COMMIT or ROLLBACK); a write that fails stops the writes after it
-    and commits nothing; in a nested transaction nothing commits early."""
-    from api.db.database import commit_if_one
-    from api.db.prepared import Prepared
-
-    add = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
-    rename = Prepared(
-        lambda m: Tenant.update(name=m("new")).where((Tenant.id == "x") & (Tenant.name == m("old")))
-    )
-    init_database(mysql_url)
-    try:
-        with db.connection_context():
-            Tenant.delete().execute()
-            Tenant.create(id="x", name="x0")
-            with write_transaction():
-                add.send(id="a", name="a")
-                assert commit_if_one(rename.send(old="x0", new="x1")) == 1
-                assert _tenant_names(mysql_url) == ["a", "x1"]  # committed already
-            with pytest.raises(RuntimeError), write_transaction():
-                add.send(id="b", name="b")
-                assert commit_if_one(rename.send(old="x0", new="x2")) == 0
-                raise RuntimeError("busy")  # as a turn whose version moved
-            assert _tenant_names(mysql_url) == ["a", "x1"]
-            with write_transaction():
-                add.send(id="c", name="c")
-                assert commit_if_one(rename.send(old="x0", new="x3")) == 0
-                assert _tenant_names(mysql_url) == ["a", "x1"]  # open still
-                assert rename.execute(old="x1", new="x3") == 1  # as a resumed turn's second try
-            assert _tenant_names(mysql_url) == ["a", "c", "x3"]
-            with pytest.raises(IntegrityError), write_transaction():
-                add.send(id="a", name="a again")  # a duplicate key: the rest does not run
-                add.send(id="d", name="d")
-                commit_if_one(rename.send(old="x3", new="x4"))
-            assert _tenant_names(mysql_url) == ["a", "c", "x3"]
-            with write_transaction():
-                with write_transaction():  # nested: a savepoint, whose end commits nothing
-                    add.send(id="e", name="e")
-                    assert commit_if_one(rename.send(old="x3", new="x5")) == 1
-                assert _tenant_names(mysql_url) == ["a", "c", "x3"]
-            assert _tenant_names(mysql_url) == ["a", "c", "e", "x5"]
-            Tenant.delete().execute()
-    finally:
-        db.obj.close_all()
-
-
 def _count_up(url: str, times: int) -> None:
     init_database(url)
     with db.connection_context():
