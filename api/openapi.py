@@ -75,7 +75,11 @@ class _Plugin(FlaskPlugin):
         if (
             json is not None
             and request.method not in ("GET", "DELETE")
-            and request.mimetype == "application/json"
+            # The header as clients send it, else as Werkzeug reads it (case, parameters).
+            and (
+                request.environ.get("CONTENT_TYPE") == "application/json"
+                or request.mimetype == "application/json"
+            )
         ):
             body = json_body(required=False)
             if query is None and form is None and headers is None and cookies is None:
@@ -146,8 +150,8 @@ _JSON_KINDS = frozenset({str, bool, int, float, dict, list, type(None)})
 
 
 @functools.cache
-def plain_fields(model: type[BaseModel]) -> tuple[tuple[str, bool, frozenset], ...] | None:
-    """``(key, required, kinds)`` per field when every field of ``model`` is a plain JSON kind
+def plain_fields(model: type[BaseModel]) -> tuple[dict[str, frozenset], tuple[str, ...]] | None:
+    """``({key: kinds}, required keys)`` when every field of ``model`` is a plain JSON kind
     or a union of them, without constraints or validators; else ``None``.
 
     A value whose type is exactly one of its field's kinds is what pydantic accepts
@@ -163,7 +167,8 @@ def plain_fields(model: type[BaseModel]) -> tuple[tuple[str, bool, frozenset], .
         )
     ):
         return None
-    out = []
+    kinds_of: dict[str, frozenset] = {}
+    required = []
     for name, info in model.model_fields.items():
         kinds = (
             typing.get_args(info.annotation)
@@ -172,19 +177,27 @@ def plain_fields(model: type[BaseModel]) -> tuple[tuple[str, bool, frozenset], .
         )
         if info.metadata or info.validation_alias not in (None, info.alias) or not set(kinds) <= _JSON_KINDS:
             return None
-        required = info.is_required()
-        out.append((info.alias or name, required, frozenset(kinds)))
+        keys = [info.alias or name]
         if info.alias and info.alias != name:
-            out.append((name, False, frozenset(kinds)))  # given by its name (populate_by_name)
-    return tuple(out)
+            keys.append(name)  # given by its name (populate_by_name), never required so
+        for key in keys:
+            if key in kinds_of:  # two fields read one key: left to pydantic
+                return None
+            kinds_of[key] = frozenset(kinds)
+        if info.is_required():
+            required.append(keys[0])
+    return kinds_of, tuple(required)
 
 
-def _fits(fields: tuple[tuple[str, bool, frozenset], ...], body: dict) -> bool:
-    for key, required, kinds in fields:
-        if key in body:
-            if type(body[key]) not in kinds:
-                return False
-        elif required:
+def _fits(fields: tuple[dict[str, frozenset], tuple[str, ...]], body: dict) -> bool:
+    # By the body's keys (a request sends a few of the declared ones), then the required.
+    kinds_of, required = fields
+    for key, value in body.items():
+        kinds = kinds_of.get(key)
+        if kinds is not None and type(value) not in kinds:
+            return False
+    for key in required:
+        if key not in body:
             return False
     return True
 

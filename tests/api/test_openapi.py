@@ -62,3 +62,15 @@ def test_a_completion_body_is_checked_in_the_same_words_however_it_is_read(api: 
         f"/agents/{agent_id}/completions", json={"session_id": "nope", "anything": [1, {"a": None}]}
     )
     assert resp.status_code == 404 and resp.json["code"] == 102
+
+
+def test_a_completion_body_is_checked_whatever_its_content_type_spells(api: Api):
+    """``application/json`` with parameters or in other case is JSON too: checked alike."""
+    agent_id = api.create_agent(echo_dsl())
+    for content_type in ("application/json", "application/json; charset=utf-8", "Application/JSON"):
+        resp = api.post(
+            f"/agents/{agent_id}/completions",
+            data=b'{"question": 5}',
+            headers={"Content-Type": content_type},
+        )
+        assert resp.status_code == 400 and resp.json["message"] == "'question' must be text, got a number"
