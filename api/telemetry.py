@@ -22,6 +22,7 @@ each turn is then a ``turn`` span holding a span per node and per LLM call (see
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import json
@@ -32,7 +33,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -104,17 +105,17 @@ class Metrics:
                 ["outcome"],
             )
         )
-        # outcome -> (its child of ``turns``, its child of ``turn_seconds``)
-        self._turn_metrics: dict[str, tuple[Any, Any]] = {}
+        # outcome -> its record(seconds) of ``turns`` and ``turn_seconds``
+        self._turn_records: dict[str, Callable[[float], None]] = {}
         agent_telemetry.observe_llm_calls(self._llm_call)
 
-    def turn_metrics(self, outcome: str) -> tuple[Any, Any]:
-        """The children of ``turns`` and ``turn_seconds`` that count turns ending ``outcome``."""
-        found = self._turn_metrics.get(outcome)
+    def record_turn(self, outcome: str) -> Callable[[float], None]:
+        """``record(seconds)``: count a turn that ended ``outcome`` (``turns``) and observe how
+        long it took (``turn_seconds``)."""
+        found = self._turn_records.get(outcome)
         if found is None:
-            found = self._turn_metrics[outcome] = (
-                self.turns.labels(outcome),
-                self.turn_seconds.labels(outcome),
+            found = self._turn_records[outcome] = _turn_recorder(
+                self.turns.labels(outcome), self.turn_seconds.labels(outcome)
             )
         return found
 
@@ -136,6 +137,7 @@ class _Labelled:
     def __init__(self, metric: Any):
         self.metric = metric
         self._children: dict[tuple, Any] = {}
+        self._adders: dict[str, Callable[[float], None]] = {}
 
     def labels(self, *values: str) -> Any:
         child = self._children.get(values)
@@ -143,8 +145,54 @@ class _Labelled:
             child = self._children[values] = self.metric.labels(*values)
         return child
 
+    def adder(self, value: str) -> Callable[[float], None]:
+        """``add(amount)`` of the counter's child labelled ``value`` (one label), as its
+        ``inc(amount)`` (:func:`_counter_adder`); the child is made on first use, as by ``labels``."""
+        found = self._adders.get(value)
+        if found is None:
+            found = self._adders[value] = _counter_adder(self.labels(value))
+        return found
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.metric, name)
+
+
+def _counter_adder(child: Any) -> Callable[[float], None]:
+    """``add(amount)``, what a counter child's ``inc(amount)`` does for a non-negative amount:
+    its value's ``inc``, without the public method's checks (is it a child? is the amount
+    negative? an exemplar?), a third of the work. Another ``prometheus_client`` without
+    that value: ``inc`` itself (tests/api/test_telemetry.py compares the two)."""
+    value = getattr(child, "_value", None)
+    return value.inc if callable(getattr(value, "inc", None)) else child.inc
+
+
+def _turn_recorder(count: Any, histogram: Any) -> Callable[[float], None]:
+    """``record(seconds)``: ``count.inc()`` and ``histogram.observe(seconds)`` (children of
+    ``turns`` and ``turn_seconds``), adding to their values directly: ``observe`` checks
+    the child and walks the buckets up to the one that takes the value (the first bound
+    at or above it: :func:`bisect.bisect_left`). Where the histogram's values are not
+    at hand (another ``prometheus_client``), its public methods."""
+    add_count = _counter_adder(count)
+    try:
+        add_sum = histogram._sum.inc
+        bounds = list(histogram._upper_bounds)
+        add_bucket = [bucket.inc for bucket in histogram._buckets]
+        if len(add_bucket) != len(bounds):
+            raise TypeError("buckets and bounds differ")
+    except (AttributeError, TypeError):
+
+        def record(seconds: float) -> None:
+            add_count(1)
+            histogram.observe(seconds)
+
+        return record
+
+    def record(seconds: float) -> None:
+        add_count(1)
+        add_sum(seconds)
+        add_bucket[bisect.bisect_left(bounds, seconds)](1)
+
+    return record
 
 
 def metrics() -> Metrics:
@@ -199,20 +247,54 @@ def worker_exited(pid: int) -> None:
 
 
 # ---------------------------------------------------------------------- turns
-class TurnObserver:
+class _ActiveTurn:
+    """A turn's span current and its ids on every log line while entered
+    (:meth:`TurnObserver.active`; a class: entered for every turn, so kept cheap)."""
+
+    __slots__ = ("_span_use", "_token", "_turn")
+
+    def __init__(self, turn: TurnObserver):
+        self._turn = turn
+        self._span_use: Any = None
+        self._token: Any = None
+
+    def __enter__(self) -> None:
+        turn = self._turn
+        if turn.span is not None:
+            self._span_use = trace.use_span(turn.span)
+            self._span_use.__enter__()
+        outer = _context.get()
+        fields = turn.log_fields
+        self._token = _context.set({**outer, **fields} if outer else fields)
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        _context.reset(self._token)
+        return self._span_use.__exit__(*exc) if self._span_use is not None else None
+
+
+class TurnObserver(_ActiveTurn):
     """One turn's span, log context and metrics, from its start to its commit.
 
     A turn may run in two threads (the request's until it takes its lease, then a
-    worker's): each enters :meth:`active`; :meth:`finish` ends the turn once.
+    worker's): the thread that made the observer enters it (``with observer:``), any
+    other enters :meth:`active`; :meth:`finish` ends the turn once.
     """
 
+    __slots__ = ("leased", "log_fields", "session_id", "span", "started", "task_id")
+
     def __init__(self, session_id: str, task_id: str, agent_id: str):
+        self._turn = self  # entered itself, in the thread that made it
+        self._span_use = self._token = None
         self.started = time.monotonic()
         self.session_id = session_id
         self.task_id = task_id
         self.leased = False
         # What the turn adds to the log context (:func:`log_context`), made once.
-        self.log_fields = {k: v for k, v in (("task_id", task_id), ("session_id", session_id)) if v}
+        self.log_fields = (
+            {"task_id": task_id, "session_id": session_id}
+            if task_id and session_id
+            else {k: v for k, v in (("task_id", task_id), ("session_id", session_id)) if v}
+        )
         self.span = (
             agent_telemetry.tracer.start_span(
                 "turn",
@@ -227,7 +309,8 @@ class TurnObserver:
         )
 
     def active(self) -> contextlib.AbstractContextManager:
-        """The turn's span is current and its ids are on every log line meanwhile."""
+        """The turn's span is current and its ids are on every log line meanwhile (for a
+        thread other than the one that made the observer, which enters it directly)."""
         return _ActiveTurn(self)
 
     def lease_taken(self) -> None:
@@ -249,9 +332,7 @@ class TurnObserver:
                 self.span.set_attribute("agentcanvas.outcome", outcome)
             if log.isEnabledFor(logging.INFO):
                 self._log_end(outcome, seconds)
-            count, histogram = m.turn_metrics(outcome)
-            count.inc()
-            histogram.observe(seconds)
+            m.record_turn(outcome)(seconds)
         if self.span is not None:
             self.span.end()
 
@@ -314,30 +395,6 @@ def _sole_json_handler(logger: logging.Logger) -> logging.StreamHandler | None:
             break
         current = current.parent  # type: ignore[assignment]
     return found
-
-
-class _ActiveTurn:
-    """:meth:`TurnObserver.active` (a class: entered for every turn, so kept cheap)."""
-
-    __slots__ = ("_span", "_token", "_turn")
-
-    def __init__(self, turn: TurnObserver):
-        self._turn = turn
-        self._span: Any = None
-        self._token: Any = None
-
-    def __enter__(self) -> None:
-        turn = self._turn
-        if turn.span is not None:
-            self._span = trace.use_span(turn.span)
-            self._span.__enter__()
-        outer = _context.get()
-        fields = turn.log_fields
-        self._token = _context.set({**outer, **fields} if outer else fields)
-
-    def __exit__(self, *exc: Any) -> bool | None:
-        _context.reset(self._token)
-        return self._span.__exit__(*exc) if self._span is not None else None
 
 
 # ---------------------------------------------------------------------- logs

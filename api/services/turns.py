@@ -384,7 +384,7 @@ class TurnService:
         if cached is None:
             row = self._read_session(req)
             if self.canvases.enabled:
-                telemetry.metrics().canvas_cache.labels("miss").inc()
+                telemetry.metrics().canvas_cache.adder("miss")(1)
             return row, None
         prepared = _READ_EMBED_SESSION_IF_MOVED if req.end_user is not None else _READ_SESSION_IF_MOVED
         found = prepared.row(
@@ -394,7 +394,7 @@ class TurnService:
             raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
         row = _SessionRow(*found)
         kept = self.canvases.take(row.id, row.version)
-        telemetry.metrics().canvas_cache.labels("miss" if kept is None else "hit").inc()
+        telemetry.metrics().canvas_cache.adder("miss" if kept is None else "hit")(1)
         if kept is not None:
             # row._replace(snapshot=kept.text), without its generic steps (half the time)
             return _SessionRow(row.id, kept.text, *row[2:]), kept
@@ -561,7 +561,7 @@ class TurnService:
         with self._active_lock:
             self._active.add(turn)
         try:
-            with watch.active():
+            with watch:  # this thread made it; the worker below enters watch.active()
                 effect = self._run_unleased(turn, canvas, run)
                 if effect is not None:
                     self._take_lease(claim, turn_id[:16], task_id, canvas, watch)

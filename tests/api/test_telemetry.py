@@ -75,6 +75,55 @@ def test_metrics_count_turns_by_outcome_busy_answers_and_leases(api: Api):
     assert sample(client, "agentcanvas_leases_held") == 0
 
 
+@pytest.mark.parametrize("internals", [True, False], ids=["values", "public-methods"])
+def test_turn_metrics_written_directly_read_as_prometheus_clients_own(internals: bool):
+    """A turn's counter and histogram children are written through their values
+    (api.telemetry._turn_recorder, _counter_adder), or, where a prometheus_client
+    lacks them, through inc() and observe(): /metrics reads the same either way."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from api import telemetry
+
+    def pair() -> tuple[CollectorRegistry, Counter, Histogram, Counter]:
+        registry = CollectorRegistry()
+        buckets = (0.005, 0.01, 0.5, 1, 600)
+        return (
+            registry,
+            Counter("t_total", "turns", ["outcome"], registry=registry),
+            Histogram("t_seconds", "seconds", ["outcome"], buckets=buckets, registry=registry),
+            Counter("c_total", "cache", ["outcome"], registry=registry),
+        )
+
+    own, turns, seconds, cache = pair()
+    direct, d_turns, d_seconds, d_cache = pair()
+    labelled = telemetry._Labelled(d_cache)
+    children = d_turns.labels("paused"), d_seconds.labels("paused")
+    if not internals:
+
+        class Public:
+            """A child with the public methods only."""
+
+            def __init__(self, child: object):
+                self.inc = getattr(child, "inc", None)
+                self.observe = getattr(child, "observe", None)
+
+        children = Public(children[0]), Public(children[1])
+        labelled._children[("hit",)] = Public(d_cache.labels("hit"))
+    record = telemetry._turn_recorder(*children)
+    for value in (0.0, 0.001, 0.005, 0.0051, 0.01, 0.3, 1.0, 599.9, 600, 600.5, 1e12):
+        turns.labels("paused").inc()
+        seconds.labels("paused").observe(value)
+        cache.labels("hit").inc()
+        record(value)
+        labelled.adder("hit")(1)
+
+    def text(registry: CollectorRegistry) -> list[str]:  # every line but the creation times
+        return [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
+
+    assert text(direct) == text(own)
+    assert 'c_total{outcome="hit"} 11.0' in text(direct)
+
+
 @pytest.fixture(scope="module")
 def spans() -> InMemorySpanExporter:
     """Finished spans of this process, as an exporter configured by the operator would get them."""
