@@ -54,9 +54,22 @@ def _binder(
     """What makes a statement's parameters from its named values: ``slots`` holds, in
     order, ``(_NAMED, name)`` for a value bound at execution (``_DECODED``: UTF-8 bytes
     of it as ``text_of_utf8`` makes them a text), ``(_FIXED, value)`` for one fixed
-    when the SQL was built."""
-    if len(slots) > 1 and all(kind == _NAMED for kind, _ in slots):
-        return operator.itemgetter(*(name for _, name in slots))  # one C call
+    when the SQL was built. The named values are a dict of the call's own (``**values``):
+    the fixed ones are added to it."""
+    if len(slots) > 1 and all(kind != _DECODED for kind, _ in slots):
+        # One C call (two with fixed values: they go into the dict under names of their own).
+        fixed = {f"\x00{i}": v for i, (kind, v) in enumerate(slots) if kind == _FIXED}
+        getter = operator.itemgetter(
+            *(v if kind == _NAMED else f"\x00{i}" for i, (kind, v) in enumerate(slots))
+        )
+        if not fixed:
+            return getter
+
+        def bind(values: dict[str, Any]) -> tuple:
+            values.update(fixed)
+            return getter(values)
+
+        return bind
     return lambda values: [
         v if kind == _FIXED else values[v] if kind == _NAMED else text_of_utf8(values[v]) for kind, v in slots
     ]
