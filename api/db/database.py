@@ -1114,6 +1114,19 @@ class ReconnectingPooledPostgresqlDatabase(
         return super()._is_closed(conn) if said_something else False
 
 
+#: This process's id, kept up to date by a fork handler: os.getpid() is a system call,
+#: and the writer lock asks for it twice a transaction.
+_PID = os.getpid()
+
+
+def _forked() -> None:
+    global _PID
+    _PID = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class _WriterLock:
     """The write lock of one SQLite database for the threads of this process **and** the
     other processes on this machine (gunicorn's workers): a thread lock, then an
@@ -1137,8 +1150,8 @@ class _WriterLock:
         self._pid = 0
 
     def _file(self) -> int | None:
-        if self._pid != os.getpid():
-            self._pid, self._fd = os.getpid(), None
+        if self._pid != _PID:
+            self._pid, self._fd = _PID, None
             try:
                 self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError:
@@ -1158,7 +1171,7 @@ class _WriterLock:
 
     def __exit__(self, *exc: object) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._fd is not None and self._pid == os.getpid():
+        if self._depth == 0 and self._fd is not None and self._pid == _PID:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             except OSError:
@@ -1168,13 +1181,13 @@ class _WriterLock:
     def close(self) -> None:
         """Close the file (opened again by the next writer), unless a writer holds it."""
         with self._thread_lock:
-            if self._depth == 0 and self._fd is not None and self._pid == os.getpid():
+            if self._depth == 0 and self._fd is not None and self._pid == _PID:
                 with contextlib.suppress(OSError):
                     os.close(self._fd)
                 self._fd, self._pid = None, 0
 
     def __del__(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd is not None and self._pid == _PID:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
 

@@ -766,3 +766,33 @@ def test_a_stale_sqlite_connection_a_thread_kept_is_replaced(tmp_path):
             assert database.execute_sql("SELECT 1").fetchone() == (1,)
     finally:
         database.close_all()
+
+
+def _enter_when_told(lock, go, entered) -> None:
+    go.wait(10)
+    with lock:
+        entered.set()
+
+
+def test_a_forked_process_waits_for_the_sqlite_writer_lock_its_parent_holds(tmp_path):
+    """A worker forked after its parent used the writer lock takes it on a descriptor of its
+    own: it waits while the parent holds it (one shared across the fork never would)."""
+    import multiprocessing
+
+    init_database(f"sqlite:///{tmp_path / 'agentcanvas.db'}")
+    lock = db.obj.write_lock
+    with lock:
+        pass  # the parent's descriptor is open
+    context = multiprocessing.get_context("fork")
+    go, entered = context.Event(), context.Event()
+    child = context.Process(target=_enter_when_told, args=(lock, go, entered))
+    child.start()
+    try:
+        with lock:
+            go.set()
+            assert not entered.wait(1)  # the parent holds it
+        assert entered.wait(10)
+    finally:
+        child.join(10)
+        db.obj.close_all()
+    assert child.exitcode == 0
