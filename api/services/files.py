@@ -270,11 +270,11 @@ def delete_agent_files(agent_id: str) -> list[UploadFile]:
 def files_of_turn(attached: list, answers: dict) -> list[str]:
     """The ids of the files a turn took: ``attached`` (descriptors or bare ids) and the
     descriptor lists among the form ``answers``."""
-    ids = {ref_id(ref) for ref in attached if isinstance(ref, (str, dict))}
+    ids = {ref_id(ref) for ref in attached if isinstance(ref, (str, dict))} if attached else set()
     for value in answers.values():
         if is_file_list(value):
             ids.update(d["id"] for d in value)
-    return sorted(i for i in ids if i)
+    return sorted(i for i in ids if i) if ids else []
 
 
 def record_session_files(session_id: str, file_ids: list[str]) -> None:

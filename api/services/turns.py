@@ -392,15 +392,13 @@ class TurnService:
         )
         if found is None:
             raise NotFound(f"session {req.session_id!r} of agent {req.agent_id!r} not found")
-        row = _SessionRow(*found)
-        kept = self.canvases.take(row.id, row.version)
+        kept = self.canvases.take(found[0], found[2])  # id, version
         telemetry.metrics().canvas_cache.adder("miss" if kept is None else "hit")(1)
-        if kept is not None:
-            # row._replace(snapshot=kept.text), without its generic steps (half the time)
-            return _SessionRow(row.id, kept.text, *row[2:]), kept
-        if row.snapshot is None:  # another turn of the session took the entry meanwhile
+        if kept is not None:  # the row with the kept canvas's text as its snapshot
+            return _SessionRow(found[0], kept.text, *found[2:]), kept
+        if found[1] is None:  # the snapshot: another turn of the session took the entry meanwhile
             return self._read_session(req), None
-        return row, None
+        return _SessionRow(*found), None
 
     # ------------------------------------------------------------------ turns
     def start(self, req: TurnRequest, inline: bool = False) -> Turn:
@@ -1091,6 +1089,8 @@ class LeaseLost(Exception):
 
 # The statements every turn runs, compiled once per database (api.db.prepared).
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+#: The usage a turn that called no model adds (only ever spread into a statement's values).
+_NO_USAGE = dict.fromkeys(_USAGE_KEYS, 0)
 
 
 class _SessionRow(NamedTuple):
@@ -1259,15 +1259,21 @@ def _failure_event(canvas: Canvas, message: str, error_type: str) -> dict:
 
 
 def _result_of(held: list[dict], answer: str) -> TurnResult:
-    """Read how the turn ended from its ending events."""
-    by_name = {e["event"]: e for e in held}
-    if "user_inputs" in by_name:
-        return TurnResult(status="paused", final_event=by_name["user_inputs"], answer=answer)
-    finished = by_name.get("workflow_finished")
+    """Read how the turn ended from its ending events (the last of each kind counts)."""
+    paused = finished = message_end = None
+    for e in held:
+        name = e["event"]
+        if name == "user_inputs":
+            paused = e
+        elif name == "workflow_finished":
+            finished = e
+        elif name == "message_end":
+            message_end = e
+    if paused is not None:
+        return TurnResult("paused", paused, answer)
     status = (finished or {}).get("data", {}).get("status", "failed")
     if status == "succeeded":
-        final = by_name.get("message_end") or finished
-        return TurnResult(status="succeeded", final_event=final, answer=answer)
+        return TurnResult("succeeded", message_end or finished, answer)
     if finished is None:
         finished = {
             "event": "workflow_finished",
@@ -1289,6 +1295,8 @@ def _usage_delta(canvas: Canvas, result: TurnResult, before: dict) -> dict:
     usage = result.final_event.get("data", {}).get("usage") if result.final_event else None
     if not usage and canvas.turn:
         usage = canvas.turn.get("usage")
+    if not usage and not before:  # a turn that called no model (read only: spread into the values)
+        return _NO_USAGE
     usage = usage or {}
     return {k: int(usage.get(k) or 0) - int(before.get(k) or 0) for k in _USAGE_KEYS}
 
@@ -1336,7 +1344,11 @@ def _log_rows(
     round_no = claim.round + 1
     # The answers as the form accepted them (``"41"`` for an integer is logged as 41).
     # Files as descriptors (a client may send bare ids): the transcript shows their names.
-    user_meta = {k: v for k, v in (("inputs", accepted_inputs), ("files", files)) if v}
+    user_meta = {}
+    if accepted_inputs:
+        user_meta["inputs"] = accepted_inputs
+    if files:
+        user_meta["files"] = files
     assistant = result.answer
     assistant_meta = None
     if result.status == "paused":
