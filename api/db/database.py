@@ -1334,8 +1334,11 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         if state.closed or state.transactions or self._is_closed(conn) or conn.in_transaction:
             return super().close()  # the pool's check-in (it rolls back what was left open)
         state.reset()
-        before = self._parked.get(threading.get_ident())
-        self._parked[threading.get_ident()] = conn
+        ident = threading.get_ident()
+        # Taken, not looked at: one that _take_back_parked took meanwhile may be another
+        # thread's by now, and must not be checked in from here.
+        before = self._parked.pop(ident, None)
+        self._parked[ident] = conn
         if before is not None and before is not conn:  # an ended thread's of the same id
             self._close(before)
         return True
