@@ -109,24 +109,28 @@ class Prepared:
             self._compiled[id(database)] = entry
         return entry
 
-    def execute(self, **values: Any) -> int:
-        """Run it; the number of rows matched (UPDATE) or written (INSERT)."""
-        database, sql, bind, _ = self._prepare()
-        return database.execute_sql(sql, bind(values)).rowcount
+    def execute(self, values: dict[str, Any] | None = None, /, **named: Any) -> int:
+        """Run it; the number of rows matched (UPDATE) or written (INSERT).
 
-    def send(self, **values: Any) -> Sent:
+        The values by name: as keywords, or as one dict (a statement of many values:
+        spreading a dict into keywords copies it, ~10k instructions for 20 values)."""
+        database, sql, bind, _ = self._prepare()
+        return database.execute_sql(sql, bind(named if values is None else values)).rowcount
+
+    def send(self, values: dict[str, Any] | None = None, /, **named: Any) -> Sent:
         """Run a write as part of the open transaction without waiting for its answer
         where the database allows it (MySQL: it goes with the transaction's next
         statement, at the latest before ``COMMIT``; elsewhere, and outside a
         transaction, it runs now). For writes whose outcome the transaction need not
         know at once: their ``Sent.rowcount``, when read, waits for the answer. An error
         of the write is raised by a later statement or the ``COMMIT``, and the
-        transaction is lost.
+        transaction is lost. The values as :meth:`execute` takes them.
         """
         database, sql, bind, defer = self._prepare()
+        params = bind(named if values is None else values)
         if defer is None:
-            return Sent(None, database.execute_sql(sql, bind(values)).rowcount)
-        return defer(sql, bind(values))
+            return Sent(None, database.execute_sql(sql, params).rowcount)
+        return defer(sql, params)
 
     def row(self, **values: Any) -> tuple | None:
         """Run a SELECT and return its first row as a tuple of the selected columns."""

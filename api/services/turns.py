@@ -938,12 +938,12 @@ class TurnService:
             # The UPDATE and the messages go with the kept state: one round trip for the
             # three on MySQL (Prepared.send), answered when the UPDATE's count is read;
             # if it matched nothing, the messages are rolled back with the transaction.
-            update = (same_task or save).send(**values)
+            update = (same_task or save).send(values)
             if exchange is not None and not claim.rewound:
-                _APPEND_EXCHANGE.send(**exchange)
+                _APPEND_EXCHANGE.send(exchange)
             matched = update.rowcount
             if matched != 1 and same_task is not None:
-                matched = save.execute(**values)  # see _claim_or_save
+                matched = save.execute(values)  # see _claim_or_save
             if matched != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
@@ -956,7 +956,7 @@ class TurnService:
                     # Before this turn's messages are added: they are the new active branch.
                     history.take_back_after(claim.session_id, claim.round, keep_base=True)
             if exchange is not None and claim.rewound:
-                _APPEND_EXCHANGE.execute(**exchange)
+                _APPEND_EXCHANGE.execute(exchange)
             if used_files:
                 # The session keeps the files it used until it is swept (api.services.files).
                 record_session_files(claim.session_id, used_files)
@@ -1179,10 +1179,10 @@ def _claim_or_save(same_task: Prepared | None, write: Prepared, values: dict[str
     gave it back unused, or an undo restored a paused state), and the fallback writes it.
     """
     if same_task is not None:
-        matched = same_task.execute(**values)
+        matched = same_task.execute(values)
         if matched == 1:
             return matched
-    return write.execute(**values)
+    return write.execute(values)
 
 
 def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prepared:
