@@ -54,10 +54,10 @@ def _binder(
     """What makes a statement's parameters from its named values: ``slots`` holds, in
     order, ``(_NAMED, name)`` for a value bound at execution (``_DECODED``: UTF-8 bytes
     of it as ``text_of_utf8`` makes them a text), ``(_FIXED, value)`` for one fixed
-    when the SQL was built. The named values are a dict of the call's own (``**values``):
-    the fixed ones are added to it."""
+    when the SQL was built. The caller's dict of named values is left as it is (the
+    turn passes one dict to two statements): the fixed ones join a copy."""
     if len(slots) > 1 and all(kind != _DECODED for kind, _ in slots):
-        # One C call (two with fixed values: they go into the dict under names of their own).
+        # One C call (two with fixed values: they join a copy under names of their own).
         fixed = {f"\x00{i}": v for i, (kind, v) in enumerate(slots) if kind == _FIXED}
         getter = operator.itemgetter(
             *(v if kind == _NAMED else f"\x00{i}" for i, (kind, v) in enumerate(slots))
@@ -66,8 +66,7 @@ def _binder(
             return getter
 
         def bind(values: dict[str, Any]) -> tuple:
-            values.update(fixed)
-            return getter(values)
+            return getter(values | fixed)
 
         return bind
     return lambda values: [

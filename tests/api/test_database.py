@@ -796,3 +796,26 @@ def test_a_forked_process_waits_for_the_sqlite_writer_lock_its_parent_holds(tmp_
         child.join(10)
         db.obj.close_all()
     assert child.exitcode == 0
+
+
+def test_a_statement_given_its_values_as_one_dict_leaves_the_dict_as_it_was(tmp_path):
+    """``Prepared.execute(values)``: the turn hands one dict to two statements, so the values
+    a statement fixed when its SQL was built must not be added to the caller's dict."""
+    from api.db.prepared import Prepared
+
+    init_database(f"sqlite:///{tmp_path}/one-dict.db")
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=7))
+    rename = Prepared(lambda m: Tenant.update(name=m("name"), create_time=9).where(Tenant.id == m("id")))
+    values = {"id": "t1", "name": "first"}
+    try:
+        with db.connection_context():
+            assert insert.execute(values) == 1
+            assert values == {"id": "t1", "name": "first"}
+            assert Tenant.get_by_id("t1").create_time == 7
+            values["name"] = "renamed"
+            assert rename.execute(values) == 1
+            assert values == {"id": "t1", "name": "renamed"}
+            row = Tenant.get_by_id("t1")
+            assert (row.name, row.create_time) == ("renamed", 9)
+    finally:
+        db.obj.close_all()
