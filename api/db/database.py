@@ -1213,6 +1213,16 @@ class _Checkpointer:
     durability are SQLite's, as before (``synchronous=NORMAL``: a commit is durable once
     a later WAL sync or checkpoint has run).
 
+    The thread keeps its connection to a database open from one checkpoint to the next
+    (up to :data:`CHECKPOINT_CONNECTIONS` databases, the one unused longest closed
+    first): a connection opened for each checkpoint (the schema read for the pragma, the
+    folder synced with its first sync of the WAL, the files closed again) made the
+    checkpoint's CPU time, user and system, about 1.5 ms instead of 0.85 (30 against
+    17 us a pause+resume turn). The checkpoints and their syncs are the same. One whose
+    file has gone or was replaced (another inode), or whose checkpoint failed, is closed
+    (and opened anew on the current file); :meth:`forget` closes one at once
+    (:meth:`WalSqliteDatabase.close_all`: nothing of the database stays open).
+
     The price is the WAL's size. SQLite starts the WAL file over only after a checkpoint
     that copied all of it, and commits that land while this one runs (the committer's
     checkpoint held the write lock) leave it a little behind: under steady writes the
@@ -1226,11 +1236,18 @@ class _Checkpointer:
         os.register_at_fork(after_in_child=self._reset)  # a worker starts its own thread
 
     def _reset(self) -> None:
+        # A connection inherited from the parent is never closed here: closing it would
+        # release locks and files the parent's SQLite still counts as its own.
+        _INHERITED.extend(database for database, _ in getattr(self, "_open", {}).values())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._wanted: dict[str, None] = {}  # paths, in order of asking
         self._thread: threading.Thread | None = None
         self._busy = False
+        #: path -> (its connection, the file's (st_dev, st_ino) when opened), oldest use first;
+        #: used under _open_lock (the thread's checkpoint, forget)
+        self._open: dict[str, tuple[SqliteDatabase, tuple[int, int]]] = {}
+        self._open_lock = threading.Lock()
 
     def ask(self, path: str) -> None:
         """Have the WAL of the SQLite database at ``path`` checkpointed soon."""
@@ -1246,6 +1263,14 @@ class _Checkpointer:
         with self._lock:
             return self._wake.wait_for(lambda: not self._wanted and not self._busy, timeout)
 
+    def forget(self, path: str) -> None:
+        """Close the connection kept to the database at ``path``, if any (after a
+        checkpoint of it that is running)."""
+        with self._open_lock:
+            kept = self._open.pop(path, None)
+            if kept is not None:
+                self._close(kept[0])
+
     def _run(self) -> None:
         while True:
             with self._lock:
@@ -1254,19 +1279,53 @@ class _Checkpointer:
                 self._wake.wait_for(lambda: self._wanted)
                 paths, self._wanted, self._busy = list(self._wanted), {}, True
             for path in paths:
-                self.checkpoint(path)
+                with self._open_lock:
+                    self.checkpoint(path)
+
+    def checkpoint(self, path: str) -> None:
+        """Checkpoint the WAL of the database at ``path`` (called holding ``_open_lock``)."""
+        kept = self._open.pop(path, None)
+        try:
+            stat = os.stat(path)
+            file = (stat.st_dev, stat.st_ino)
+        except OSError:
+            file = None  # gone: not made again
+        if kept is not None and kept[1] != file:
+            self._close(kept[0])
+            kept = None
+        if file is None:
+            return
+        if kept is None:
+            # thread_safe=False: one connection for whichever thread holds _open_lock
+            database = SqliteDatabase(
+                f"{Path(path).absolute().as_uri()}?mode=rw",
+                uri=True,
+                thread_safe=False,
+                check_same_thread=False,
+            )
+            kept = (database, file)
+        try:
+            kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+        except PeeweeException as exc:  # unreadable, locked: the next commit asks again
+            log.debug("could not checkpoint the WAL of %s: %s", path, exc)
+            self._close(kept[0])
+            return
+        self._open[path] = kept  # the most recently used last
+        while len(self._open) > CHECKPOINT_CONNECTIONS:
+            self._close(self._open.pop(next(iter(self._open)))[0])
 
     @staticmethod
-    def checkpoint(path: str) -> None:
-        database = SqliteDatabase(f"{Path(path).absolute().as_uri()}?mode=rw", uri=True)
+    def _close(database: SqliteDatabase) -> None:
         try:
-            database.execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
-        except PeeweeException as exc:  # gone, unreadable: the next commit asks again
-            log.debug("could not checkpoint the WAL of %s: %s", path, exc)
-        finally:
             database.close()
+        except PeeweeException as exc:  # its files are closed all the same
+            log.debug("could not close the checkpoint connection to %s: %s", database.database, exc)
 
 
+#: Databases the checkpoint thread keeps a connection to (see :class:`_Checkpointer`).
+CHECKPOINT_CONNECTIONS = 4
+#: Connections a forked child inherited from its parent's checkpoint thread (kept, never used).
+_INHERITED: list[SqliteDatabase] = []
 _CHECKPOINTER = _Checkpointer()
 
 
@@ -1380,6 +1439,7 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         super().close_all()
         self._parked.clear()  # closed with the pool's others
         self.write_lock.close()
+        _CHECKPOINTER.forget(str(self.database))
 
     def committed(self) -> None:
         """Count a committed write transaction (called holding ``write_lock``)."""

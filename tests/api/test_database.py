@@ -424,6 +424,34 @@ def test_a_process_has_the_sqlite_wal_checkpointed_in_the_background(tmp_path):
         database.close_all()
 
 
+def _checkpointed_write(path, content: str) -> None:
+    """A write transaction on the database at ``path`` that has its WAL checkpointed."""
+    init_database(f"sqlite:///{path}")
+    database = db.obj
+    database.checkpoint_every, database._commits = 1, 0
+    with db.connection_context(), write_transaction():
+        MessageLog.create(session_id="s", role="user", content=content)
+    assert _CHECKPOINTER.wait_idle(10)
+
+
+def test_the_wal_of_a_sqlite_file_made_anew_at_the_same_path_is_checkpointed(tmp_path):
+    """The checkpoint thread keeps its connection to a database between checkpoints; a
+    file made anew where the old one was is checkpointed all the same (not the old one's
+    inode), and once the database is closed nothing of it stays open: its WAL is gone."""
+    path = tmp_path / "ac.db"
+    try:
+        _checkpointed_write(path, "a" * 300_000)
+        assert path.stat().st_size >= 300_000  # copied into the file
+        for name in ("ac.db", "ac.db-wal", "ac.db-shm"):  # as another program might
+            (tmp_path / name).unlink()
+        _checkpointed_write(path, "b" * 300_000)
+        with open(path, "rb") as fh:
+            assert b"b" * 1000 in fh.read()  # the new file's WAL was copied into it
+    finally:
+        db.obj.close_all()
+    assert not (tmp_path / "ac.db-wal").exists()  # the last connection took it away
+
+
 def test_a_mysql_connection_parses_the_columns_of_a_result_once(mysql_url):
     """The description of a result's columns is parsed once per connection: the same
     statement again reads the same names and values, another statement its own."""
