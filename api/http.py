@@ -26,6 +26,38 @@ _FALSE = {"false", "0", "no", "off", ""}
 _TYPE_NAMES = {str: "text", bool: "a boolean", int: "an integer", dict: "an object", list: "a list"}
 
 
+class JsonReply(Response):
+    """The response :class:`JsonReplies` makes: Flask's, handed to the server more directly.
+
+    Werkzeug copies the headers and wraps the body in two iterators for every response,
+    to fix up what this one does not hold (a ``Location``, a missing ``Content-Length``, a
+    status without a body, a ``HEAD`` request) and to call its close hooks at the end. A
+    reply with none of those (its body still the bytes it was made with, no
+    ``call_on_close``) goes out as its header list and body list, the same status, headers
+    and bytes; any other goes through Werkzeug.
+    """
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        body = self.response
+        status = self.status_code
+        if (
+            type(body) is list
+            and len(body) == 1
+            and type(body[0]) is bytes
+            and not self._on_close
+            and not self.direct_passthrough
+            and 200 <= status < 300
+            and status != 204
+            and environ.get("REQUEST_METHOD") != "HEAD"
+        ):
+            headers = self.headers.to_wsgi_list()
+            names = [name.lower() for name, _ in headers]
+            if "content-length" in names and "location" not in names and "content-location" not in names:
+                start_response(self.status, headers)
+                return body
+        return super().__call__(environ, start_response)
+
+
 class JsonReplies(DefaultJSONProvider):
     """The app's JSON replies (``jsonify``) written by orjson: the same text as Flask's
     compact form (keys in order, non-ASCII kept, a final newline), several times faster.
@@ -59,6 +91,8 @@ class JsonReplies(DefaultJSONProvider):
             body = orjson.dumps(obj, default=self.default, option=self._OPTIONS)
         except (TypeError, orjson.JSONEncodeError):
             return super().response(*args, **kwargs)
+        if self._app.response_class is Response:
+            return JsonReply(body, mimetype=self.mimetype)
         return self._app.response_class(body, mimetype=self.mimetype)
 
 

@@ -275,3 +275,110 @@ def test_the_app_binds_its_routes_to_a_request_as_werkzeug_does():
                     )
                     assert mine == werkzeugs, environ
         assert ours._origins  # it did remember
+
+
+def test_flask_signals_still_reach_their_receivers_in_flasks_order(app_factory):
+    """api.App sends a signal only when something listens: one that does still gets every
+    signal of a request, with what Flask sends, in Flask's order, a failing one included."""
+    from flask import signals
+
+    app = app_factory()
+    api = Api(app, make_token(app))
+    names = (
+        "appcontext_pushed",
+        "request_started",
+        "request_finished",
+        "request_tearing_down",
+        "appcontext_tearing_down",
+        "appcontext_popped",
+        "got_request_exception",
+    )
+    seen: list[tuple[str, Any]] = []
+
+    def receiver(name: str):  # noqa: ANN202
+        def receive(sender: Any, **extra: Any) -> None:
+            seen.append((name, sender, sorted(extra), type(extra.get("exc")).__name__))
+
+        return receive
+
+    receivers = {name: receiver(name) for name in names}
+    for name, receive in receivers.items():
+        getattr(signals, name).connect(receive, app)
+    try:
+        assert api.get("/agents").status_code == 200
+        ok = list(seen)
+        seen.clear()
+        assert api.get("/agents/nope").status_code == 404
+        missing = list(seen)
+        seen.clear()
+    finally:
+        for name, receive in receivers.items():
+            getattr(signals, name).disconnect(receive, app)
+    assert [(n, s is app) for n, s, *_ in ok] == [(n, True) for n in names[:6]]
+    assert [(n, keys, exc) for n, _, keys, exc in ok] == [
+        ("appcontext_pushed", [], "NoneType"),
+        ("request_started", [], "NoneType"),
+        ("request_finished", ["response"], "NoneType"),
+        ("request_tearing_down", ["exc"], "NoneType"),
+        ("appcontext_tearing_down", ["exc"], "NoneType"),
+        ("appcontext_popped", [], "NoneType"),
+    ]
+    assert [n for n, *_ in missing] == [n for n, *_ in ok]  # a NotFound is handled, not raised
+    api.get("/agents")  # nothing listens any more: nothing is added
+    assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "method", "on_close", "body"),
+    [
+        (200, {}, "POST", False, None),
+        (201, {"X-Request": "r"}, "GET", False, None),
+        (429, {"Retry-After": "3"}, "POST", False, None),
+        (200, {}, "HEAD", False, None),
+        (204, {}, "DELETE", False, None),
+        (302, {"Location": "/elsewhere"}, "GET", False, None),
+        (200, {"Content-Location": "/caf\u00e9"}, "GET", False, None),
+        (200, {}, "GET", True, None),
+        (200, {}, "GET", False, ["two ", "parts"]),
+        (200, {}, "GET", False, "set"),
+    ],
+)
+def test_a_json_reply_reaches_the_server_as_werkzeug_hands_it_over(
+    app_factory, status, headers, method, on_close, body
+):
+    """api.http.JsonReply hands a plain reply to the WSGI server more directly: the status,
+    headers and bytes are Werkzeug's, and its close hooks still run, whatever the reply."""
+    from flask import Response
+    from werkzeug.test import EnvironBuilder
+
+    from api.http import JsonReply
+
+    app = app_factory()
+    results = []
+    for kind in (JsonReply, Response):
+        environ = EnvironBuilder(path="/api/v1/agents/x", method=method).get_environ()
+        closed = []
+        with app.test_request_context():
+            reply = app.json.response({"code": 0, "data": {"é": [1, None]}})
+            assert type(reply) is JsonReply
+            reply.__class__ = kind
+            reply.status_code = status
+            reply.headers.update(headers)
+            if on_close:
+                reply.call_on_close(lambda closed=closed: closed.append(True))
+            if body == "set":
+                reply.set_data("replaced")
+            elif body is not None:
+                reply.response = list(body)
+        started: list = []
+
+        def start_response(status: str, headers: list, exc_info: Any = None, started: list = started) -> None:
+            started.append((status, headers))
+
+        app_iter = reply(environ, start_response)
+        sent = b"".join(app_iter)
+        if hasattr(app_iter, "close"):
+            app_iter.close()
+        results.append((started, sent, closed))
+    assert results[0] == results[1]
+    assert results[0][2] == ([True] if on_close else [])
