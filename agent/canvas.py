@@ -826,13 +826,26 @@ class Canvas:
         inputs: dict | None = None,
         files: list | None = None,
         trace: bool = True,
-        **context: Any,
+        *,
+        conversation_id: str | None = None,
+        agent_id: str | None = None,
+        invoke_from: str | None = None,
+        webhook: dict | None = None,
+        task_id: str | None = None,
+        message_id: str | None = None,
+        **ignored: Any,
     ) -> Iterator[dict]:
         """Run one turn (or resume a paused form); yields the events of docs/design.md §4.
 
         ``trace=False`` leaves out the ``node_finished`` events (their inputs and
         outputs made into JSON), for a caller that would drop them: a blocking turn;
         and the ``node_started`` events but those ``stop_before`` asks for.
+
+        A new turn (not a resumed form) takes ``conversation_id``, ``agent_id`` and
+        ``invoke_from`` into ``sys.*``, a ``webhook`` request as Begin's outputs, and its
+        ``task_id`` and ``message_id`` (made up when not given); other keywords are ignored.
+        The turn's keywords are named parameters: a keyword that lands in ``**`` costs a
+        comparison with every parameter name first.
 
         Raises (before any state changes):
             InputError: ``inputs`` do not fit the pending form (or Begin's form).
@@ -857,7 +870,7 @@ class Canvas:
             self._check_file_totals(pending.file_fields(), accepted, [], errors)
             if errors:
                 raise InputError(_errors_message(pending.id, errors), errors)
-            return self._run(resume=pending, accepted=accepted, trace=trace)
+            return self._run(pending, accepted, trace)
         accepted, errors = {}, {}
         file_fields: frozenset[str] = frozenset()
         try:
@@ -877,15 +890,9 @@ class Canvas:
         self._check_file_totals(file_fields, accepted, attached, errors)
         if errors:
             raise InputError(_errors_message("begin" if inputs else "the turn", errors), errors)
-        return self._run(
-            resume=None,
-            trace=trace,
-            accepted=accepted,
-            query=query or "",
-            user_id=user_id,
-            files=attached if self.services.get("files") is not None else files,
-            context=context,
-        )
+        files = attached if self.services.get("files") is not None else files
+        ids = (conversation_id, agent_id, invoke_from, task_id, message_id)
+        return self._run(None, accepted, trace, query or "", user_id, files, ids, webhook)
 
     # ------------------------------------------------------------------ files
     def resolve_files(self, refs: Any) -> list:
@@ -979,12 +986,14 @@ class Canvas:
         return event
 
     def _start_turn(
-        self, query: str, user_id: str, files: list | None, accepted: dict, context: dict
+        self, query: str, user_id: str, files: list | None, accepted: dict, ids: tuple, webhook: Any
     ) -> None:
-        message_id = str(context.get("message_id") or uuid.uuid4())
+        """``ids``: the turn's (conversation_id, agent_id, invoke_from, task_id, message_id)."""
+        conversation_id, agent_id, invoke_from, task_id, message_id = ids
+        message_id = str(message_id or uuid.uuid4())
         self.turn = {
             "message_id": message_id,
-            "task_id": str(context.get("task_id") or uuid.uuid4()),
+            "task_id": str(task_id or uuid.uuid4()),
             "query": query,
             "answer": "",
             "usage": {},
@@ -1000,15 +1009,18 @@ class Canvas:
         g["sys.dialogue_count"] = turns
         g["sys.date"] = _utc_text(int(_time()))
         g["sys.message_id"] = message_id
-        for key in ("conversation_id", "agent_id", "invoke_from"):
-            if context.get(key):
-                g[f"sys.{key}"] = context[key]
+        if conversation_id:
+            g["sys.conversation_id"] = conversation_id
+        if agent_id:
+            g["sys.agent_id"] = agent_id
+        if invoke_from:
+            g["sys.invoke_from"] = invoke_from
         g.setdefault("sys.invoke_from", "api")
         begin = self.components["begin"]
         if accepted:
             begin.data["answers"] = {**begin.data.get("answers", {}), **accepted}
-        if context.get("webhook") is not None:
-            begin.data["webhook"] = context["webhook"]  # the request that triggered a webhook run
+        if webhook is not None:
+            begin.data["webhook"] = webhook  # the request that triggered a webhook run
         for cid, cpn in self.components.items():
             if cpn.outputs and cid != "begin":
                 cpn.outputs = {}
@@ -1018,12 +1030,15 @@ class Canvas:
         self,
         resume: ComponentBase | None,
         accepted: dict,
+        trace: bool,
         query: str = "",
         user_id: str = "",
         files: list | None = None,
-        context: dict | None = None,
-        trace: bool = True,
+        ids: tuple = (None, None, None, None, None),
+        webhook: Any = None,
     ) -> Iterator[dict]:
+        """The run :meth:`run` returns: ``resume`` the paused form, or ``None`` for a new turn
+        (see :meth:`_start_turn` for ``ids`` and ``webhook``)."""
         before = self._runtime_state()
         self._pristine = None
         self._finished_late: list[ComponentBase] = []
@@ -1035,7 +1050,7 @@ class Canvas:
         self.memory_writes = {}
         self.memory_saves = []
         if resume is None:
-            self._start_turn(query, user_id, files, accepted, context or {})
+            self._start_turn(query, user_id, files, accepted, ids, webhook)
             if accepted or files:
                 begin_files = self.components["begin"].file_fields() if accepted else frozenset()
                 self._take_files(accepted, begin_files, files or [])
