@@ -213,7 +213,9 @@ class Canvas:
         ``param_derived`` attributes), and is then cleared (what a run set is gone); any
         other is built anew, as a load builds it.
         """
-        self._start_fresh(limits, services)
+        # keep() started the canvas fresh (without services) when it handed it over.
+        self.limits = limits or Limits()
+        self.services = dict(services or {})
         self._pristine, self._plain = text, True
         if _too_long(text, max(self.limits.max_dsl_bytes, self.limits.max_snapshot_bytes)):
             raise DSLError(f"the DSL is {_length(text)} bytes; the limit is {self.limits.max_dsl_bytes}")
@@ -250,7 +252,7 @@ class Canvas:
         self.accepted_files: list = []
         self.deadline: Deadline = unlimited()
         self.warnings: list[str] = []
-        self._written: tuple[bytes | str, dict, str] | None = None
+        self._written: tuple[bytes | str, dict, bytes | str] | None = None
 
     # ------------------------------------------------------------------ loading
     def _load(self, dsl: str | bytes | dict, text: str | None = None) -> None:
@@ -514,25 +516,33 @@ class Canvas:
         surrogate, which UTF-8 cannot encode)."""
         snapshot = self.to_dict()
         self._written = None
-        text, plain = self._dumps(snapshot)
+        text, plain, rest = self._dumps(snapshot)
         if _too_long(text, self.limits.max_snapshot_bytes):
             raise SnapshotTooLarge(
                 f"the session snapshot is {_length(text)} bytes; the limit is {self.limits.max_snapshot_bytes} "
                 f"(lower history_size or the memory window, or raise max_snapshot_bytes)"
             )
         if keepable and plain:
-            # For keep(): the snapshot, and the JSON of the state a run changes as the text has it.
-            state = jsonio.dumps({k: snapshot[k] for k in _KEPT_AS_TEXT if k in snapshot})
-            self._written = (text, snapshot, state)
+            # For keep(): the snapshot, and the JSON of the state a run changes as the text
+            # has it: the members after the components and the history, as written (the
+            # DSL's other members among them parse to what the DSL holds), else on its own.
+            if rest is None:
+                rest = jsonio.dumps({k: snapshot[k] for k in _KEPT_AS_TEXT if k in snapshot})
+            self._written = (text, snapshot, rest)
         return text
 
-    def _dumps(self, snapshot: dict) -> tuple[bytes | str, bool]:
+    def _dumps(self, snapshot: dict) -> tuple[bytes | str, bool, bytes | None]:
         """The text of ``snapshot`` (:meth:`to_dict`) as :func:`jsonio.dumps_plain` writes
         it, and whether orjson wrote it (then as its UTF-8 bytes). The JSON of the
         components is written once per canvas: a run never changes the DSL, so a kept
         canvas's next turns write the same components (a fifth of the snapshot); and the
         history's entries once each (see :func:`_history_json`), when the history follows
-        the components."""
+        the components.
+
+        Returns:
+            ``(text, plain, rest)``; ``rest``: the JSON object of the members other than
+            the components and the history, when they were written apart, else ``None``.
+        """
         if next(iter(snapshot)) != "components":  # written in their place by one call
             return self._dumps_whole(snapshot)
         components = snapshot["components"]
@@ -555,15 +565,16 @@ class Canvas:
             return self._dumps_whole(snapshot)
         # orjson writes an object as its members in order: the components first, then the rest's.
         parts = (b'{"components":', written[1], b',"history":' if history else b"", history)
-        return b"".join((*parts, b"," if len(tail) > 2 else b"", tail[1:])), True
+        text = b"".join((*parts, b"," if len(tail) > 2 else b"", tail[1:]))
+        return text, True, tail if history else None
 
     @staticmethod
-    def _dumps_whole(snapshot: dict) -> tuple[bytes | str, bool]:
+    def _dumps_whole(snapshot: dict) -> tuple[bytes | str, bool, None]:
         """:meth:`_dumps` written by one call."""
         data = jsonio.dumps_utf8(snapshot)
         if data is not None:
-            return data, True
-        return jsonio.dumps_plain(snapshot)
+            return data, True, None
+        return (*jsonio.dumps_plain(snapshot), None)
 
     def keep(self, text: bytes | str) -> KeptCanvas | None:
         """This canvas as ``text`` holds it, ``text`` being its ``str()`` or its UTF-8 (just
@@ -1419,7 +1430,7 @@ class KeptCanvas:
 
     __slots__ = ("_canvas", "_dsl", "_state", "text")
 
-    def __init__(self, text: bytes | str, canvas: Canvas, dsl: dict, state: str):
+    def __init__(self, text: bytes | str, canvas: Canvas, dsl: dict, state: bytes | str):
         self.text = text
         self._canvas: Canvas | None = canvas
         self._dsl: dict | None = dsl
