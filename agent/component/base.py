@@ -285,19 +285,20 @@ class ComponentBase:
         self.usage = None
         self._next = None
         self.error = None
-        attempts = int(self._param.max_retries or 0) + 1
-        for attempt in range(attempts):
+        retries = self._param.max_retries or 0  # a whole number (checked with the params)
+        attempt = 0
+        while True:
             try:
                 chunks = self._invoke(**kwargs)
                 return None if chunks is None else _started(chunks)
             except (FormPause, Cancelled, LimitError):
                 raise
             except Exception as e:  # noqa: BLE001 - every failure is handled below
-                if attempt + 1 < attempts and getattr(e, "retryable", True):
+                if attempt < retries and getattr(e, "retryable", True):
+                    attempt += 1
                     self._canvas.sleep(float(self._param.delay_after_error or 0))
                     continue
                 return self.handle_failure(e)
-        return None
 
     def handle_failure(self, e: Exception) -> None:
         """Apply ``exception_method`` to a failure, or raise it as a ``ComponentError``."""
