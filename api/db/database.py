@@ -24,7 +24,7 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import urlparse
 
 from peewee import (
@@ -38,6 +38,7 @@ from peewee import (
     PostgresqlDatabase,
     SqliteDatabase,
     __exception_wrapper__,
+    _transaction,
 )
 from playhouse.pool import (
     MaxConnectionsExceeded,
@@ -1457,38 +1458,55 @@ class WalSqliteDatabase(PooledSqliteDatabase):
     def _file_writable(self) -> bool:
         return _may_write(Path(self.database))
 
+    # begin, commit and execute_sql are peewee's, on the open connection itself, with a
+    # driver error made peewee's only once raised (_raise_as_peewee). The thread's
+    # connection state is read once: each attribute of it (a threading.local) is ~1.5k
+    # instructions, and a statement in peewee's "with __exception_wrapper__" ~2.8k.
+
     def begin(self, lock_type: str | None = None) -> None:
-        # peewee's, on the open connection itself (its cursor() and is_closed: two calls)
-        state = self._state
-        if state.closed:
+        conn = self._state.conn
+        if conn is None:  # closed
             super().begin(lock_type)
             return
         lock_type = lock_type or self._lock_type
-        with __exception_wrapper__:
-            state.conn.execute(f"BEGIN {lock_type}" if lock_type else "BEGIN")
+        try:
+            conn.execute(f"BEGIN {lock_type}" if lock_type else "BEGIN")
+        except Exception:  # noqa: BLE001 - made peewee's
+            _raise_as_peewee()
 
     def commit(self) -> None:
-        # peewee's, on the open connection itself (is_closed twice and cursor(): three calls)
-        state = self._state
-        if state.closed:
+        conn = self._state.conn
+        if conn is None:  # closed
             super().commit()  # raises peewee's InterfaceError
             return
-        with __exception_wrapper__:
-            state.conn.execute("COMMIT")
+        try:
+            conn.execute("COMMIT")
+        except Exception:  # noqa: BLE001 - made peewee's
+            _raise_as_peewee()
 
     def execute_sql(self, sql, params=None):  # noqa: ANN001, ANN201 - peewee's signature
-        # peewee's, in one call where it does nothing else: no connection to open, no
-        # query hook, no debug log (its _execute_cursor, _log_query, cursor and
-        # is_closed are four calls a statement, a third of a short one's cost here).
-        state = self._state
-        if state.closed and self.autoconnect:
+        # In one call where it does nothing else: no connection to open, no query hook,
+        # no debug log (its _execute_cursor, _log_query, cursor and is_closed are four
+        # calls a statement, a third of a short one's cost here).
+        conn = self._state.conn
+        if conn is None and self.autoconnect:
             self.connect()  # as peewee's cursor() does
-        if state.closed or self.query_hooks or _PEEWEE_LOG.isEnabledFor(logging.DEBUG):
+            conn = self._state.conn
+        if conn is None or self.query_hooks or _PEEWEE_LOG.isEnabledFor(logging.DEBUG):
             return super().execute_sql(sql, params)
-        with __exception_wrapper__:
-            cursor = state.conn.cursor()
+        try:
+            cursor = conn.cursor()
             cursor.execute(sql, params or ())
+        except Exception:  # noqa: BLE001 - made peewee's
+            _raise_as_peewee()
         return cursor
+
+
+def _raise_as_peewee() -> NoReturn:
+    """Raise the driver's exception being handled as peewee's type for it (what a
+    ``with __exception_wrapper__`` around the statement does; others as they are)."""
+    with __exception_wrapper__:
+        raise  # noqa: PLE0704 - the exception being handled by the caller
 
 
 def check_writable(database: Database) -> None:
@@ -1746,9 +1764,16 @@ def writer_in_line() -> contextlib.AbstractContextManager:
 
 class _WriteTransaction:
     """:func:`write_transaction`'s context: the database's own ``atomic`` (not the proxy's,
-    whose every step looks each attribute up through it), under the write lock on SQLite."""
+    whose every step looks each attribute up through it), under the write lock on SQLite.
 
-    __slots__ = ("_atomic", "_database", "_lock")
+    On SQLite at the top (no transaction open), it does what peewee's ``transaction``
+    does, without it: ``BEGIN IMMEDIATE``, the transaction pushed on the thread's stack
+    (where a nested ``atomic`` finds it and makes a savepoint), then ``COMMIT`` and the
+    commit callbacks, or ``ROLLBACK``. peewee's object and its calls were ~20k of the
+    ~50k instructions an empty write transaction cost.
+    """
+
+    __slots__ = ("_atomic", "_database", "_lock", "_top")
 
     def __enter__(self) -> None:
         database = self._database = db.obj
@@ -1758,11 +1783,14 @@ class _WriteTransaction:
             try:
                 # What atomic() makes: at the top, a transaction, nested, a savepoint.
                 if database._state.transactions:  # noqa: SLF001 - peewee's transaction stack
-                    atomic = database.atomic(lock_type="IMMEDIATE")
+                    self._top = False
+                    atomic = self._atomic = database.atomic(lock_type="IMMEDIATE")
+                    atomic.__enter__()
                 else:
-                    atomic = database.transaction(lock_type="IMMEDIATE")
-                self._atomic = atomic
-                atomic.__enter__()
+                    self._top = True
+                    database.begin("IMMEDIATE")  # opens the thread's connection if need be
+                    atomic = self._atomic = _transaction(database, lock_type="IMMEDIATE")
+                    database._state.transactions.append(atomic)  # noqa: SLF001 - as it pushes itself
             except BaseException:
                 lock.__exit__(None, None, None)
                 raise
@@ -1777,11 +1805,36 @@ class _WriteTransaction:
             self._atomic.__exit__(exc_type, exc, tb)
             return
         try:
-            self._atomic.__exit__(exc_type, exc, tb)
+            if self._top:
+                self._end(exc_type is None)
+            else:
+                self._atomic.__exit__(exc_type, exc, tb)
             if exc_type is None:
                 self._database.committed()
         finally:
             lock.__exit__(None, None, None)
+
+    def _end(self, commit: bool) -> None:
+        """peewee's ``_transaction.__exit__``, for the one :meth:`__enter__` began."""
+        database = self._database
+        state = database._state  # noqa: SLF001 - peewee's per-thread state
+        transactions = state.transactions
+        depth = len(transactions)
+        transactions.pop()
+        if depth != 1:  # the stack is not as it was left: peewee's does nothing either
+            return
+        if not commit:
+            database.rollback()
+            database._clear_commit_callbacks()  # noqa: SLF001 - as peewee's rollback(False)
+            return
+        try:
+            database.commit()
+        except Exception:
+            database.rollback()
+            database._clear_commit_callbacks()  # noqa: SLF001
+            raise
+        if state.commit_callbacks:
+            database._run_commit_callbacks()  # noqa: SLF001 - as peewee's commit(False)
 
 
 def write_transaction() -> contextlib.AbstractContextManager[None]:

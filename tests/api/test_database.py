@@ -168,6 +168,60 @@ def test_dropped_connection_reconnects_for_reads_not_for_writes(server, request)
         db.obj.close_all()
 
 
+def test_a_sqlite_write_transaction_commits_whole_or_not_at_all(tmp_path):
+    """On SQLite: a write transaction's writes are kept together or not at all (an error
+    in it, or a COMMIT the database refuses, raised as peewee's error); one inside another
+    is a savepoint that undoes only its own writes; after each, the connection is in no
+    transaction and the write lock is free (another thread writes at once)."""
+    init_database(f"sqlite:///{tmp_path / 'ac.db'}")
+
+    def names() -> list[str]:
+        return sorted(t.name for t in Tenant.select())
+
+    def idle() -> bool:
+        return not db.obj.in_transaction() and not db.connection().in_transaction
+
+    try:
+        with db.connection_context():
+            db.execute_sql("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+            db.execute_sql(
+                "CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+            )
+            with write_transaction():
+                Tenant.create(name="a1")
+                with write_transaction():
+                    Tenant.create(name="a2")
+                with pytest.raises(IntegrityError), write_transaction():
+                    Tenant.create(name="b1")
+                    Tenant.create(name="a1")  # the name is taken: this savepoint only
+            assert names() == ["a1", "a2"] and idle()
+            with pytest.raises(ZeroDivisionError), write_transaction():
+                Tenant.create(name="c1")
+                raise ZeroDivisionError
+            assert names() == ["a1", "a2"] and idle()
+            with pytest.raises(IntegrityError, match="FOREIGN KEY"), write_transaction():
+                Tenant.create(name="d1")
+                db.execute_sql("INSERT INTO child VALUES (7)")  # refused only at COMMIT
+            assert names() == ["a1", "a2"] and idle()
+        errors: list[BaseException] = []
+
+        def write_elsewhere() -> None:
+            try:
+                with db.connection_context(), write_transaction():
+                    Tenant.create(name="e1")
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+
+        thread = threading.Thread(target=write_elsewhere)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive() and errors == []
+        with db.connection_context():
+            assert names() == ["a1", "a2", "e1"]
+    finally:
+        db.obj.close_all()
+
+
 @pytest.mark.parametrize("server", ["mysql", "postgres"])
 def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(server, request):
     """A transaction's writes are seen together once it commits, and none of them when it
