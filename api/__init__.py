@@ -8,24 +8,12 @@ date here, so every process that builds the app can serve at once.
 
 from __future__ import annotations
 
-import sys
 import time
 from inspect import iscoroutinefunction
 from typing import Any
 
-from flask import Flask, Response
-from flask.ctx import AppContext, _cv_app
-from flask.ctx import _sentinel as _UNSET  # Flask's "no exception given": the one being handled
-from flask.globals import request_ctx
+from flask import Flask
 from flask.sessions import SecureCookieSessionInterface
-from flask.signals import (
-    appcontext_popped,
-    appcontext_pushed,
-    appcontext_tearing_down,
-    request_finished,
-    request_started,
-    request_tearing_down,
-)
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, MapAdapter
 from werkzeug.routing.matcher import StateMachineMatcher
@@ -174,40 +162,9 @@ class _Routes(Map):
         )
 
 
-class _AppContext(AppContext):
-    """Flask's app context, sending its signals only when something listens (see
-    :class:`App`)."""
-
-    def push(self) -> None:
-        self._cv_tokens.append(_cv_app.set(self))
-        if appcontext_pushed.receivers:
-            appcontext_pushed.send(self.app, _async_wrapper=self.app.ensure_sync)
-
-    def pop(self, exc: BaseException | None = _UNSET) -> None:  # type: ignore[assignment]
-        try:
-            if len(self._cv_tokens) == 1:
-                if exc is _UNSET:
-                    exc = sys.exc_info()[1]
-                self.app.do_teardown_appcontext(exc)
-        finally:
-            ctx = _cv_app.get()
-            _cv_app.reset(self._cv_tokens.pop())
-        if ctx is not self:
-            raise AssertionError(f"Popped wrong app context. ({ctx!r} instead of {self!r})")
-        if appcontext_popped.receivers:
-            appcontext_popped.send(self.app, _async_wrapper=self.app.ensure_sync)
-
-
 class App(Flask):
     """Flask, minus per-request work the API does not need (see :class:`_NoCookieSessions`,
-    :meth:`ensure_sync`, :class:`_RouteMemory`, :meth:`_Routes.bind_to_environ`).
-
-    Flask sends six signals a request (request started, finished, tearing down; app
-    context pushed, tearing down, popped) through blinker, which does the work of a
-    send even when nothing is connected, as nothing is here. The methods that send
-    them are Flask 3.1's, each send made only when the signal has a receiver: the same
-    calls in the same order whenever one does.
-    """
+    :meth:`ensure_sync`, :class:`_RouteMemory`, :meth:`_Routes.bind_to_environ`)."""
 
     session_interface = _NoCookieSessions()
     url_map_class = _Routes
@@ -227,52 +184,6 @@ class App(Flask):
             if len(self._sync) < self._SYNC_MEMORY:
                 self._sync[func] = sync
         return sync
-
-    def app_context(self) -> AppContext:
-        return _AppContext(self)
-
-    def full_dispatch_request(self) -> Response:
-        self._got_first_request = True
-        try:
-            if request_started.receivers:
-                request_started.send(self, _async_wrapper=self.ensure_sync)
-            rv = self.preprocess_request()
-            if rv is None:
-                rv = self.dispatch_request()
-        except Exception as e:  # noqa: BLE001 - Flask's: handed to the error handlers
-            rv = self.handle_user_exception(e)
-        return self.finalize_request(rv)
-
-    def finalize_request(self, rv: Any, from_error_handler: bool = False) -> Response:
-        response = self.make_response(rv)
-        try:
-            response = self.process_response(response)
-            if request_finished.receivers:
-                request_finished.send(self, _async_wrapper=self.ensure_sync, response=response)
-        except Exception:
-            if not from_error_handler:
-                raise
-            self.logger.exception("Request finalizing failed with an error while handling an error")
-        return response
-
-    def do_teardown_request(self, exc: BaseException | None = _UNSET) -> None:  # type: ignore[assignment]
-        if exc is _UNSET:
-            exc = sys.exc_info()[1]
-        if self.teardown_request_funcs:
-            for name in (*request_ctx.request.blueprints, None):
-                if name in self.teardown_request_funcs:
-                    for func in reversed(self.teardown_request_funcs[name]):
-                        self.ensure_sync(func)(exc)
-        if request_tearing_down.receivers:
-            request_tearing_down.send(self, _async_wrapper=self.ensure_sync, exc=exc)
-
-    def do_teardown_appcontext(self, exc: BaseException | None = _UNSET) -> None:  # type: ignore[assignment]
-        if exc is _UNSET:
-            exc = sys.exc_info()[1]
-        for func in reversed(self.teardown_appcontext_funcs):
-            self.ensure_sync(func)(exc)
-        if appcontext_tearing_down.receivers:
-            appcontext_tearing_down.send(self, _async_wrapper=self.ensure_sync, exc=exc)
 
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:

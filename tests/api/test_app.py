@@ -277,57 +277,6 @@ def test_the_app_binds_its_routes_to_a_request_as_werkzeug_does():
         assert ours._origins  # it did remember
 
 
-def test_flask_signals_still_reach_their_receivers_in_flasks_order(app_factory):
-    """api.App sends a signal only when something listens: one that does still gets every
-    signal of a request, with what Flask sends, in Flask's order, a failing one included."""
-    from flask import signals
-
-    app = app_factory()
-    api = Api(app, make_token(app))
-    names = (
-        "appcontext_pushed",
-        "request_started",
-        "request_finished",
-        "request_tearing_down",
-        "appcontext_tearing_down",
-        "appcontext_popped",
-        "got_request_exception",
-    )
-    seen: list[tuple[str, Any]] = []
-
-    def receiver(name: str):  # noqa: ANN202
-        def receive(sender: Any, **extra: Any) -> None:
-            seen.append((name, sender, sorted(extra), type(extra.get("exc")).__name__))
-
-        return receive
-
-    receivers = {name: receiver(name) for name in names}
-    for name, receive in receivers.items():
-        getattr(signals, name).connect(receive, app)
-    try:
-        assert api.get("/agents").status_code == 200
-        ok = list(seen)
-        seen.clear()
-        assert api.get("/agents/nope").status_code == 404
-        missing = list(seen)
-        seen.clear()
-    finally:
-        for name, receive in receivers.items():
-            getattr(signals, name).disconnect(receive, app)
-    assert [(n, s is app) for n, s, *_ in ok] == [(n, True) for n in names[:6]]
-    assert [(n, keys, exc) for n, _, keys, exc in ok] == [
-        ("appcontext_pushed", [], "NoneType"),
-        ("request_started", [], "NoneType"),
-        ("request_finished", ["response"], "NoneType"),
-        ("request_tearing_down", ["exc"], "NoneType"),
-        ("appcontext_tearing_down", ["exc"], "NoneType"),
-        ("appcontext_popped", [], "NoneType"),
-    ]
-    assert [n for n, *_ in missing] == [n for n, *_ in ok]  # a NotFound is handled, not raised
-    api.get("/agents")  # nothing listens any more: nothing is added
-    assert seen == []
-
-
 @pytest.mark.parametrize(
     ("status", "headers", "method", "on_close", "body"),
     [
