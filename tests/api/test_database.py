@@ -642,6 +642,43 @@ def test_a_mysql_literal_escaped_so_reads_back_as_the_text(mysql_url, text: str)
         conn.close()
 
 
+_BOUND = st.one_of(
+    _ESCAPABLE,
+    st.builds(lambda t, n: t * n, _ESCAPABLE, st.integers(1, 40)),  # longer texts (a snapshot's)
+    st.integers(-(2**63), 2**64 - 1),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@given(st.lists(_BOUND, max_size=8))
+@settings(max_examples=80, deadline=None)
+def test_a_mysql_statement_is_bound_with_each_value_read_back_as_given(mysql_url, values: list):
+    """A statement's values bound by the connection (the deferred writes': Connection.bind)
+    are the literals pymysql's cursor writes (but for the double quote, see above), texts
+    given as UTF-8 too, and the server reads each back as the value (a bool as 1 or 0)."""
+    from api.db.database import Utf8Text
+
+    init_database(mysql_url)
+    try:
+        with db.connection_context():
+            conn = db.connection()
+            values = [v.encode() if isinstance(v, str) and i % 2 else v for i, v in enumerate(values)]
+            params = [Utf8Text(v) if isinstance(v, bytes) else v for v in values]
+            sql = "SELECT " + ", ".join(["%s"] * len(params)) if params else "SELECT 0"
+            bound = conn.bind(sql, params)
+            literals = [conn.escape(v) for v in params]
+            assert bound == (sql % tuple(literals)).encode("utf-8", "surrogateescape")
+            with conn.cursor() as cur:  # no values: the statement is sent as it is
+                cur.execute(bound.decode())
+                row = cur.fetchone()
+            texts = [v.decode() if isinstance(v, bytes) else v for v in values]
+            assert list(row) == texts if texts else [0]
+    finally:
+        db.obj.close_all()
+
+
 def test_writes_sent_ahead_in_a_transaction_begun_by_begin_never_commit_alone(mysql_url):
     """A transaction begun by BEGIN on a connection in autocommit mode (Galera's, or one
     with an isolation level) ends when one of its statements is a deadlock's victim; a
