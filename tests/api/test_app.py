@@ -331,3 +331,23 @@ def test_a_json_reply_reaches_the_server_as_werkzeug_hands_it_over(
         results.append((started, sent, closed))
     assert results[0] == results[1]
     assert results[0][2] == ([True] if on_close else [])
+
+
+@pytest.mark.parametrize("body", [b"", b'{"code":0}\n', "é 中".encode()])
+def test_a_json_reply_is_made_as_werkzeug_makes_it(body):
+    """JsonReply.of sets a reply's attributes directly: they are the ones Werkzeug's
+    constructor sets, with the same values (a Werkzeug that sets others fails here)."""
+    from flask import Response
+
+    from api.http import JsonReply
+
+    ours = JsonReply.of(body, "application/json")
+    theirs = JsonReply(body, mimetype="application/json")
+    assert isinstance(ours, Response)
+    assert sorted(vars(ours)) == sorted(vars(theirs))
+    for name, value in vars(theirs).items():
+        if name == "headers":
+            assert list(ours.headers) == list(value) and type(ours.headers) is type(value)
+        else:
+            assert getattr(ours, name) == value, name
+    assert ours.get_data() == body and ours.status == "200 OK" and ours.mimetype == "application/json"
