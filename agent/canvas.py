@@ -221,15 +221,19 @@ class Canvas:
             raise DSLError(f"the DSL is {_length(text)} bytes; the limit is {self.limits.max_dsl_bytes}")
         _check_runtime_keys(parsed)
         self.dsl = parsed
-        plain_attrs = _component_attrs()
+        # What a run added to a component is counted, not compared as sets (a set comparison
+        # per component was a twentieth of a turn's canvas): the constructor's attributes
+        # are all there (nothing removes them; clear() sets the run's ones again), so any
+        # more, but for the class's param_derived ones (none of them the constructor's),
+        # were added by a run.
+        plain = len(_component_attrs())
         for cid, cpn in self.components.items():
             cls, param = type(cpn), cpn._param
-            attrs = vars(cpn).keys()
-            if (
-                cls.__init__ is ComponentBase.__init__
-                and is_shared(param)
-                and (attrs == plain_attrs or attrs - cls.param_derived == plain_attrs)
-            ):
+            attrs = vars(cpn)
+            added = len(attrs) - plain
+            for name in cls.param_derived:
+                added -= name in attrs
+            if not added and cls.__init__ is ComponentBase.__init__ and is_shared(param):
                 cpn.clear()  # its canvas (this one), id, params and DSL entry are the same
             else:
                 if not is_shared(param):

@@ -194,6 +194,21 @@ def test_a_kept_canvas_loads_as_the_snapshot_would():
             _check_derived(canvas)
 
 
+def test_a_kept_canvas_builds_anew_a_component_a_run_added_to():
+    """A component that gained an attribute (one its params do not decide) is not kept as
+    the object it is: loading the kept canvas builds it as loading its snapshot would."""
+    canvas = Canvas(str(Canvas(form_dsl())))
+    list(canvas.run(query="hi"))
+    form = canvas.component("UserFillUp:F")
+    form.noted = "left by a run"
+    cleared = [c for c in canvas.components.values() if c is not form]
+    text = canvas.dump(keepable=True)
+    loaded = canvas.keep(text).load()
+    assert loaded.component(form.id) is not form and not hasattr(loaded.component(form.id), "noted")
+    assert all(loaded.component(c.id) is c for c in cleared)  # the others are kept, cleared
+    assert _attributes(loaded) == _attributes(Canvas(text))
+
+
 def test_what_only_the_standard_library_reads_or_writes_is_not_kept():
     value = {"a": [1, {"b": "ü"}], "c": None}
     assert jsonio.dumps_plain(value) == ('{"a":[1,{"b":"ü"}],"c":null}', True)
