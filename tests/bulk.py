@@ -41,7 +41,6 @@ def idle_sessions(tenant_id: str, agent_id: str, version_id: str, count: int, wh
                     "tenant_id": tenant_id,
                     "agent_id": agent_id,
                     "agent_version_id": version_id,
-                    "snapshot": "{}",
                     "create_time": when,
                     "update_time": when,
                 }

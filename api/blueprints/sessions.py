@@ -130,7 +130,7 @@ def delete_session(agent_id: str, session_id: str) -> ResponseReturnValue:
 @bp.get("/agents/<agent_id>/sessions/<session_id>/variables")
 def list_variables(agent_id: str, session_id: str) -> ResponseReturnValue:
     row = sessions.get_session(tenant_id(), agent_id, session_id, with_dsl=True)
-    return ok(variables.list_variables(row.snapshot))
+    return ok(variables.list_variables(sessions.state_of(row)))
 
 
 @bp.put("/agents/<agent_id>/sessions/<session_id>/variables/<name>")

@@ -202,6 +202,47 @@ def _keep_states_in_slots(database: Database) -> None:
     database.execute_sql("DROP TABLE IF EXISTS session_state")
 
 
+def _states_in_the_ring(database: Database) -> None:
+    # A session's state moves from its row (session.snapshot) into the ring of its kept
+    # states (api.services.history), which session.state_slot points into: a turn then
+    # writes its snapshot once. The state after round r goes to slot r % 10, the slot the
+    # previous version's next turn would have kept it in (K is the server's setting,
+    # unknown here: the default, 10), over the oldest kept state; the ring of K + 1 slots
+    # goes on from there, writing over the oldest first, as before.
+    _add_columns(database, Session._meta.table_name, {"state_slot": IntegerField(default=0)})
+    if "snapshot" not in {c.name for c in database.get_columns(Session._meta.table_name)}:
+        return  # made by today's models, or moved already by another process
+    quote = "`" if not (is_sqlite(database) or is_postgres(database)) else '"'
+    session, kept = f"{quote}session{quote}", f"{quote}kept_state{quote}"
+    rnd = f"{quote}round{quote}"
+    mod, snapshot = "%%", "snapshot"  # the drivers' format paramstyle: %% is %
+    upsert = f" ON DUPLICATE KEY UPDATE {rnd} = VALUES({rnd}), packed = VALUES(packed), create_time = VALUES(create_time)"
+    if is_sqlite(database) or is_postgres(database):
+        upsert = (
+            f" ON CONFLICT (session_id, slot) DO UPDATE SET {rnd} = EXCLUDED.{rnd},"
+            " packed = EXCLUDED.packed, create_time = EXCLUDED.create_time"
+        )
+    if is_sqlite(database):
+        mod = "%"
+    elif is_postgres(database):
+        # Text into bytea, as sent: undo api.db.pgtext's encoding (a snapshot, JSON, holds
+        # no NUL: only the two noncharacters, each escaped as a pair beginning U+FFFE).
+        snapshot = (
+            "convert_to(replace(replace(snapshot, chr(65534) || chr(65535), chr(65535)),"
+            " chr(65534) || chr(65534), chr(65534)), 'UTF8')"
+        )
+    with database.atomic():
+        # Another process setting up the same database may move them at the same time:
+        # both write the same rows.
+        database.execute_sql(
+            f"INSERT INTO {kept} (session_id, slot, {rnd}, packed, create_time)"
+            f" SELECT id, {rnd} {mod} 10, {rnd}, {snapshot}, update_time FROM {session} WHERE 1 = 1{upsert}"
+        )
+        database.execute_sql(f"UPDATE {session} SET state_slot = {rnd} {mod} 10")
+    migrator = SchemaMigrator.from_database(database)
+    run_schema_changes(migrator.drop_column(Session._meta.table_name, "snapshot", cascade=False))
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -231,6 +272,11 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         16,
         "kept_state replaces session_state: a session's kept states in slots, written over",
         _keep_states_in_slots,
+    ),
+    (
+        17,
+        "session.state_slot: a session's state lives in the ring of its kept states (session.snapshot moved there)",
+        _states_in_the_ring,
     ),
 ]
 

@@ -127,7 +127,9 @@ class AgentVersion(BaseModel):
 
 
 class Session(BaseModel):
-    """One conversation: the whole canvas state as one snapshot, plus coordination.
+    """One conversation and its coordination; its state, the whole canvas as one snapshot,
+    is the :class:`SessionSnapshot` row in slot ``state_slot`` (the ring of its kept states,
+    see :mod:`api.services.history`).
 
     ``version`` grows by one with every committed write of the row's state; writes
     are conditional on it. ``lease_owner``/``lease_expires`` mark the turn running
@@ -144,7 +146,9 @@ class Session(BaseModel):
     name = CharField(max_length=255, default="")
     user_id = CharField(max_length=255, default="")
     source = CharField(max_length=16, default="api")
-    snapshot = LongTextField()
+    # The slot of the session's kept states that holds its current state (migration 17
+    # moved the snapshot, which the row held until then, there).
+    state_slot = IntegerField(default=0)
     version = BigIntegerField(default=1)
     status = CharField(max_length=16, default="idle")
     pending_form = CharField(max_length=255, null=True)
@@ -263,15 +267,15 @@ class Memory(BaseModel):
 
 
 class SessionSnapshot(BaseModel):
-    """A kept earlier state of a session: the snapshot it had after ``round`` turns
-    (``packed``: the snapshot's text as the database copied it from the session row, or,
-    kept by earlier versions, zlib-compressed; :func:`api.services.history.unpack`).
+    """A state of a session: the snapshot it had after ``round`` turns (``packed``: the
+    snapshot's UTF-8 or text, or, kept by earlier versions, zlib-compressed;
+    :func:`api.services.history.unpack`).
 
-    The turn service keeps the last ``session.keep_snapshots`` (K) of them on the session's
-    active branch, for regenerate and undo (see :mod:`api.services.history`): the state
-    after round ``r`` goes to ``slot`` ``r % K``, over the one K rounds older, so a
-    session has at most K rows and a turn rewrites one in place (no row added, no index
-    entry changed, nothing to delete later).
+    A session's states form a ring of ``session.keep_snapshots`` + 1 (K + 1) slots: its
+    current state, in the slot its row names (``Session.state_slot``), and the K before it
+    on its active branch, for regenerate and undo (see :mod:`api.services.history`). A
+    turn writes its new state over the oldest, in place (no row added, no index entry
+    changed, nothing to delete later).
     """
 
     id = BigAutoField()

@@ -19,12 +19,13 @@ from typing import Any
 
 from peewee import Cast, Model, Node, Query, Value
 
-from api.db.database import Sent, db, is_sqlite
+from api.db.database import Sent, db, is_postgres, is_sqlite
 
 _MARK = "\x00agentcanvas:"
 _MARK_UTF8 = "\x00agentcanvas-utf8:"
+_MARK_BYTES = "\x00agentcanvas-bytes:"
 # How a statement's parameter is made from its named values.
-_FIXED, _NAMED, _DECODED = range(3)
+_FIXED, _NAMED, _DECODED, _ENCODED = range(4)
 
 
 def mark(name: str) -> Value:
@@ -44,8 +45,25 @@ def mark_text(name: str) -> Node:
     return Value(_MARK_UTF8 + name, converter=False)
 
 
+def mark_utf8(name: str) -> Node:
+    """A placeholder for the text named ``name``, given as ``str`` or as its UTF-8
+    ``bytes``, for a binary column that keeps it as UTF-8: SQLite binds it as given (the
+    bytes are stored as a blob, a ``str`` as text), MySQL escapes the bytes into the
+    statement as they are (:func:`mark_text`), Postgres gets bytes (``bytea``; a text
+    would go through :mod:`api.db.pgtext`'s encoding). Call it in the builder."""
+    if is_sqlite(db):
+        return mark(name)
+    if is_postgres(db):
+        return Value(_MARK_BYTES + name, converter=False)
+    return Value(_MARK_UTF8 + name, converter=False)
+
+
 def _decoded(value: Any) -> Any:
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _encoded(value: Any) -> Any:
+    return value.encode("utf-8") if isinstance(value, str) else value
 
 
 def _binder(
@@ -53,10 +71,11 @@ def _binder(
 ) -> Callable[[dict[str, Any]], tuple | list]:
     """What makes a statement's parameters from its named values: ``slots`` holds, in
     order, ``(_NAMED, name)`` for a value bound at execution (``_DECODED``: UTF-8 bytes
-    of it as ``text_of_utf8`` makes them a text), ``(_FIXED, value)`` for one fixed
+    of it as ``text_of_utf8`` makes them a text; ``_ENCODED``: a text of it as its UTF-8
+    bytes), ``(_FIXED, value)`` for one fixed
     when the SQL was built. The caller's dict of named values is left as it is (the
     turn passes one dict to two statements): the fixed ones join a copy."""
-    if len(slots) > 1 and all(kind != _DECODED for kind, _ in slots):
+    if len(slots) > 1 and all(kind in (_FIXED, _NAMED) for kind, _ in slots):
         # One C call (two with fixed values: they join a copy under names of their own).
         fixed = {f"\x00{i}": v for i, (kind, v) in enumerate(slots) if kind == _FIXED}
         getter = operator.itemgetter(
@@ -69,8 +88,10 @@ def _binder(
             return getter(values | fixed)
 
         return bind
+    convert = {_DECODED: text_of_utf8, _ENCODED: _encoded}
     return lambda values: [
-        v if kind == _FIXED else values[v] if kind == _NAMED else text_of_utf8(values[v]) for kind, v in slots
+        v if kind == _FIXED else values[v] if kind == _NAMED else convert[kind](values[v])
+        for kind, v in slots
     ]
 
 
@@ -81,6 +102,8 @@ def _slot(param: Any) -> tuple[int, Any]:
             return _NAMED, param[len(_MARK) :]
         if param.startswith(_MARK_UTF8):
             return _DECODED, param[len(_MARK_UTF8) :]
+        if param.startswith(_MARK_BYTES):
+            return _ENCODED, param[len(_MARK_BYTES) :]
     return _FIXED, param
 
 

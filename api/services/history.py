@@ -1,28 +1,45 @@
-"""A session's earlier states, for regenerate and undo (docs/design.md §15).
+"""A session's states: the current one, and the earlier ones for regenerate and undo
+(docs/design.md §15).
 
-Each committed turn keeps the snapshot the session had **before** it: the row of
-:class:`~api.db.SessionSnapshot` with ``round=r`` is the state after ``r`` turns, the
-one turn ``r + 1`` ran from. Only the last ``keep`` such rows of the active branch are
-kept (``session.keep_snapshots``, default 10; 0 keeps none, and then there is nothing
-to regenerate or undo): the state after round ``r`` is written to slot ``r % keep`` of
-the session, in place of the one ``keep`` rounds older.
+A session's state (its snapshot) lives in the ring of its states, the rows of
+:class:`~api.db.SessionSnapshot`: the row with ``round=r`` is the state after ``r``
+turns on the active branch. The session row names the slot that holds the current
+state (``Session.state_slot``) and carries no snapshot, so a committed turn writes its
+snapshot once. The ring has ``keep + 1`` slots (``session.keep_snapshots``, default 10;
+0 keeps none, and then there is nothing to regenerate or undo): the current state and
+the ``keep`` before it.
 
-* **Undo** restores the state after ``round - 1`` turns.
+* A turn that advances the round writes its new state into the slot after the current
+  one (:func:`next_slot`), over the oldest kept state (an upsert: a row is added only
+  until the ring is full), and points the session row at it.
+* A write that does not advance the round (a regenerated turn, a variable set over the
+  REST API) writes the current slot over, in place.
+* **Undo** restores the state after ``round - 1`` turns by pointing the session row at
+  its slot: nothing is written but the session row.
 * **Regenerate** runs the last turn again (its query, form answers and files, read
-  from the message log) from that same state.
+  from the message log) from that same state, and writes its result over the state it
+  takes back.
 
 Both take back the last turn: its messages stay in the log marked ``abandoned``; the
-keyed memory it wrote is removed, and the session's history and node memory are those
-of the restored snapshot. So what the next turn sees follows the active branch only.
+keyed memory it wrote is removed, and so is its state (an undo's; a regenerate writes
+over it); the session's history and node memory are those of the restored snapshot. So
+what the next turn sees follows the active branch only.
 
-A kept state is the snapshot's text as it was, copied by the database from the
-session row just before the turn's ``UPDATE`` replaces it (:func:`keep_current`):
-the turn neither compresses it (zlib cost more CPU than the rest of the commit) nor
-sends it. Postgres compresses such values itself (TOAST); on SQLite and MySQL a kept
-state takes the snapshot's size. Rows kept zlib-compressed by earlier versions are
-still read (:func:`unpack`).
-These functions run inside the turn service's one end-of-turn transaction
-(:mod:`api.services.turns`), which alone writes a session's state.
+Every write of a state goes with the conditional ``UPDATE`` of the session row (where
+its ``version`` is the one read) in one transaction, so the slot it names is the one
+the row named, and a write that lost the race is rolled back with it. The slot is kept
+on the row, never derived from the round: ``keep`` is a setting that may change between
+runs. When it does, the ring goes on from the slot the row names: after it shrinks, the
+rows in slots beyond it stay until their turn is taken back or the session is swept
+(valid earlier states of the active branch, found by their round), and after it grows
+the new slots are filled as the ring reaches them.
+
+A state is kept as the snapshot's UTF-8 as the turn wrote it (the text on SQLite when
+the standard library wrote it): neither compressed (zlib cost more CPU than the rest of
+the commit) nor copied. Postgres compresses such values itself (TOAST). Rows kept
+zlib-compressed by earlier versions are still read (:func:`unpack`).
+These functions run inside the turn service's transactions (:mod:`api.services.turns`),
+which alone write a session's state.
 """
 
 from __future__ import annotations
@@ -30,16 +47,46 @@ from __future__ import annotations
 import json
 import zlib
 
-from peewee import fn
+from peewee import Expression, ModelSelect, Node
 
-from api.db import MemoryEntry, MessageLog, Session, SessionSnapshot, db, now_ms
+from api.db import MemoryEntry, MessageLog, Session, SessionSnapshot, db
 from api.db.database import is_postgres, is_sqlite
-from api.db.prepared import Prepared
+from api.db.prepared import Prepared, mark_utf8
 from api.errors import Conflict
 
+#: The current state as a column of a query of sessions joined with :func:`join_state`
+#: (named ``snapshot``; read it through :func:`unpack`).
+STATE = SessionSnapshot.packed.alias("snapshot")
 
-def kept_snapshot(session_id: str, round_no: int) -> str:
-    """The kept state after ``round_no`` turns.
+
+def state_join() -> Expression:
+    """The condition that joins a session with its current state (one row, by the
+    unique key ``(session_id, slot)``)."""
+    return (SessionSnapshot.session_id == Session.id) & (SessionSnapshot.slot == Session.state_slot)
+
+
+def join_state(query: ModelSelect) -> ModelSelect:
+    """``query`` (of sessions) joined with each session's current state (:data:`STATE`)."""
+    return query.join(SessionSnapshot, on=state_join())
+
+
+def select_with_state(*fields: Node) -> ModelSelect:
+    """Sessions' ``fields``, joined with their current state when :data:`STATE` is one of
+    them (then on the session's object as ``snapshot``)."""
+    query = Session.select(*fields)
+    if any(f is STATE for f in fields):
+        query = join_state(query).objects()  # the state's column on the session's object
+    return query
+
+
+def next_slot(slot: int, keep: int) -> int:
+    """The slot a turn that advances the round writes its state into: the one after the
+    current ``slot`` in a ring of ``keep + 1``."""
+    return (slot + 1) % (keep + 1)
+
+
+def kept_state(session_id: str, round_no: int) -> tuple[int, str | bytes]:
+    """The kept state after ``round_no`` turns: ``(its slot, the snapshot)``.
 
     Raises:
         Conflict: there is none (no turn to take back, or it is older than the kept ones).
@@ -47,7 +94,7 @@ def kept_snapshot(session_id: str, round_no: int) -> str:
     if round_no < 0:
         raise Conflict(f"session {session_id!r} has no turn to take back yet")
     row = (
-        SessionSnapshot.select(SessionSnapshot.packed)
+        SessionSnapshot.select(SessionSnapshot.slot, SessionSnapshot.packed)
         .where((SessionSnapshot.session_id == session_id) & (SessionSnapshot.round == round_no))
         .order_by(SessionSnapshot.id.desc())
         .first()
@@ -57,18 +104,20 @@ def kept_snapshot(session_id: str, round_no: int) -> str:
             f"session {session_id!r} keeps no state from before its last turn: only the last "
             f"session.keep_snapshots turns can be regenerated or undone (0 keeps none)"
         )
-    return unpack(row.packed)
+    return row.slot, unpack(row.packed)
 
 
-def unpack(packed: str | bytes | memoryview) -> str:
-    """A kept state as text: kept as it was (the snapshot's UTF-8, or text on SQLite), or
-    zlib-compressed, as earlier versions kept it."""
+def unpack(packed: str | bytes | memoryview) -> str | bytes:
+    """A state as a snapshot's text or its UTF-8 (what ``Canvas`` and ``json.loads`` take):
+    as it was kept (the snapshot's UTF-8, or text on SQLite), or zlib-compressed, as
+    earlier versions kept it."""
     if isinstance(packed, str):
         return packed
-    data = bytes(packed)
-    if data[:1] == b"{":  # a snapshot is a JSON object; zlib's first byte is never "{"
-        return data.decode("utf-8")
-    return zlib.decompress(data).decode("utf-8")
+    if isinstance(packed, memoryview):
+        packed = bytes(packed)
+    if packed[:1] == b"{":  # a snapshot is a JSON object; zlib's first byte is never "{"
+        return packed
+    return zlib.decompress(packed)
 
 
 def last_request(session_id: str, round_no: int) -> dict:
@@ -94,24 +143,17 @@ def last_request(session_id: str, round_no: int) -> dict:
     return {"query": row.content, "inputs": meta.get("inputs") or None, "files": meta.get("files") or None}
 
 
-def _copy_current(m):  # noqa: ANN001, ANN202 - a Prepared builder
-    """``INSERT … SELECT`` into the session's slot, or over the state kept there: the
-    session's snapshot as it is now, copied by the database."""
-    snapshot = Session.snapshot
-    if is_postgres(db):
-        snapshot = fn.convert_to(Session.snapshot, "UTF8")  # text into bytea
-    query = Session.select(Session.id, m("slot"), Session.round, snapshot, m("now")).where(
-        (Session.id == m("session_id")) & (Session.version == m("version"))
-    )
-    return SessionSnapshot.insert_from(
-        query,
-        [
-            SessionSnapshot.session_id,
-            SessionSnapshot.slot,
-            SessionSnapshot.round,
-            SessionSnapshot.packed,
-            SessionSnapshot.create_time,
-        ],
+def _write_state(m):  # noqa: ANN001, ANN202 - a Prepared builder
+    """The state of session ``id`` after ``round`` turns into ``slot``: over the state kept
+    there, in place, or (a slot not filled yet) as a new row."""
+    return SessionSnapshot.insert(
+        {
+            SessionSnapshot.session_id: m("id"),
+            SessionSnapshot.slot: m("slot"),
+            SessionSnapshot.round: m("round"),
+            SessionSnapshot.packed: mark_utf8("snapshot"),
+            SessionSnapshot.create_time: m("now"),
+        }
     ).on_conflict(
         # MySQL names no target: its ON DUPLICATE KEY UPDATE takes any unique key (the one there is).
         conflict_target=[SessionSnapshot.session_id, SessionSnapshot.slot]
@@ -121,30 +163,18 @@ def _copy_current(m):  # noqa: ANN001, ANN202 - a Prepared builder
     )
 
 
-# Every turn runs it: compiled once per database (api.db.prepared).
-_KEEP_CURRENT = Prepared(_copy_current)
+#: Writes a state: values ``id`` (the session), ``slot``, ``round``, ``snapshot`` (text or
+#: its UTF-8) and ``now``. Only with the session row's conditional UPDATE, in its
+#: transaction (see the module docstring). Every turn runs it: compiled once per database
+#: (api.db.prepared).
+WRITE_STATE = Prepared(_write_state)
 
 
-def keep_current(session_id: str, version: int, round_no: int, keep: int) -> None:
-    """Keep the session's snapshot as it is (at ``version``: the state after ``round_no``
-    turns) before the turn's ``UPDATE`` replaces it, in slot ``round_no % keep``.
-
-    The database copies the snapshot itself (``INSERT … SELECT``): nothing is sent or
-    compressed, and it goes with the transaction's next statement, the ``UPDATE``
-    (``Prepared.send``: on MySQL no round trip of its own). The slot's row, the state
-    ``keep`` rounds older, is written over in place (SQLite: its leaf and overflow page,
-    where adding a row and deleting the old ones every ``keep`` turns wrote four pages a
-    turn, its index and the table's interior page too; MySQL: no index entry, and no
-    range ``DELETE`` that could lock other sessions' rows).
-    """
-    if keep > 0:
-        _KEEP_CURRENT.send(session_id=session_id, version=version, slot=round_no % keep, now=now_ms())
-
-
-def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:
+def take_back_after(session_id: str, round_no: int, slot: int) -> None:
     """Abandon the turns after ``round_no``: mark their messages, remove their keyed memory
-    and the kept states they made. ``keep_base`` keeps the state after ``round_no`` turns
-    (a regenerate runs from it and goes on from there; an undo makes it current)."""
+    and their states but the one in ``slot``, the session's state now (an undo's: the
+    state after ``round_no`` turns; a regenerate's: the state it wrote over the one it
+    took back)."""
     MessageLog.update(abandoned=True).where(
         (MessageLog.session_id == session_id)
         & (MessageLog.round > round_no)
@@ -153,7 +183,8 @@ def take_back_after(session_id: str, round_no: int, keep_base: bool) -> None:
     MemoryEntry.delete().where(
         (MemoryEntry.session_id == session_id) & (MemoryEntry.round > round_no)
     ).execute()
-    first_dropped = round_no + 1 if keep_base else round_no
     SessionSnapshot.delete().where(
-        (SessionSnapshot.session_id == session_id) & (SessionSnapshot.round >= first_dropped)
+        (SessionSnapshot.session_id == session_id)
+        & (SessionSnapshot.round > round_no)
+        & (SessionSnapshot.slot != slot)
     ).execute()

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+from peewee import ModelSelect
+
 from api.db import MessageLog, Session, write_transaction
 from api.errors import ArgumentError
+from api.services import history
 from api.services.agents import date_of, get_agent
 from api.services.retention import trash_sessions
 from api.services.turns import effective_status, turn_service
@@ -47,8 +50,7 @@ def list_sessions(
     with_dsl: bool = False,
 ) -> tuple[list[Session], int]:
     get_agent(tenant_id, agent_id)
-    fields = (*_SUMMARY_FIELDS, Session.snapshot) if with_dsl else _SUMMARY_FIELDS
-    query = Session.select(*fields).where((Session.agent_id == agent_id) & (Session.tenant_id == tenant_id))
+    query = _select(with_dsl).where((Session.agent_id == agent_id) & (Session.tenant_id == tenant_id))
     if session_id:
         query = query.where(Session.id == session_id)
     if user_id:
@@ -60,9 +62,23 @@ def list_sessions(
 
 
 def get_session(tenant_id: str, agent_id: str, session_id: str, with_dsl: bool = False) -> Session:
+    """The session with its summary fields, and with ``with_dsl`` its state (``snapshot``,
+    as :func:`state_of` reads it)."""
     get_agent(tenant_id, agent_id)
-    fields = (*_SUMMARY_FIELDS, Session.snapshot) if with_dsl else _SUMMARY_FIELDS
+    fields = (*_SUMMARY_FIELDS, history.STATE) if with_dsl else _SUMMARY_FIELDS
     return turn_service().find_session(tenant_id, agent_id, session_id, fields=fields)
+
+
+def _select(with_dsl: bool) -> ModelSelect:
+    """Sessions' summary fields, and with ``with_dsl`` their state (``snapshot``)."""
+    if not with_dsl:
+        return Session.select(*_SUMMARY_FIELDS)
+    return history.select_with_state(*_SUMMARY_FIELDS, history.STATE)
+
+
+def state_of(row: Session) -> dict:
+    """The state (the snapshot, parsed) of a session read with ``with_dsl``."""
+    return json.loads(history.unpack(row.snapshot))
 
 
 def transcript(
@@ -179,5 +195,5 @@ def session_json(
     if paging:
         out.update(paging)
     if with_dsl:
-        out["dsl"] = json.loads(row.snapshot)
+        out["dsl"] = state_of(row)
     return out

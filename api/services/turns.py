@@ -56,10 +56,10 @@ from agent.component import ComponentBase
 from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
-from api.db import MessageLog, Session, db, now_ms, write_transaction
+from api.db import MessageLog, Session, SessionSnapshot, db, now_ms, write_transaction
 from api.db.cluster import write_conflict
 from api.db.database import run_retrying, writer_in_line
-from api.db.prepared import Prepared, mark_text
+from api.db.prepared import Prepared
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
@@ -227,6 +227,9 @@ class _Claim:
     round: int
     prior_status: str
     usage_before: dict
+    #: The slot its state goes to (api.services.history): the next one, or for a
+    #: regenerate the current one (over the state it takes back).
+    slot: int
     # Whether it took back the last turn (a regenerate: it ran from the kept state
     # after ``round`` turns).
     rewound: bool = False
@@ -312,6 +315,13 @@ class TurnService:
 
         ``release`` picks the version (:func:`api.services.agents.runnable_version`).
         """
+        session, prologue, _ = self._create_session(tenant_id, agent_id, name, user_id, source, release)
+        return session, prologue
+
+    def _create_session(
+        self, tenant_id: str, agent_id: str, name: str, user_id: str, source: str, release: bool | None
+    ) -> tuple[Session, str, str]:
+        """:meth:`create_session`, and the new session's state: ``(row, prologue, snapshot)``."""
         if source not in SOURCES:
             raise ArgumentError(f"session source {source!r} is not one of {', '.join(SOURCES)}")
         _, version_id, dsl = runnable_version(tenant_id, agent_id, release)
@@ -327,16 +337,20 @@ class TurnService:
                 name=name,
                 user_id=user_id,
                 source=source,
-                snapshot=str(canvas),
+                state_slot=0,
                 transcript_bytes=len(prologue.encode("utf-8")),
                 create_time=now,
                 update_time=now,
+            )
+            snapshot = str(canvas)
+            history.WRITE_STATE.execute(
+                {"id": session.id, "slot": 0, "round": 0, "snapshot": snapshot, "now": now}
             )
             if prologue:
                 MessageLog.create(
                     session_id=session.id, round=0, role="assistant", content=prologue, create_time=now
                 )
-        return session, prologue
+        return session, prologue, snapshot
 
     def find_session(
         self,
@@ -348,7 +362,8 @@ class TurnService:
     ) -> Session:
         """The session, if it is this tenant's and this agent's (and this end user's).
 
-        ``fields`` limits the columns read (all of them by default).
+        ``fields`` limits the columns read (all of the row's by default); with
+        :data:`api.services.history.STATE` among them, the session's state too (``snapshot``).
         """
         if not isinstance(session_id, str) or not session_id:
             raise ArgumentError(f"'session_id' must be a session id, got {session_id!r}")
@@ -361,7 +376,7 @@ class TurnService:
             )
             if end_user is not None:
                 cond &= (Session.user_id == end_user) & (Session.source == "embed")
-            row = Session.select(*fields).where(cond).first()
+            row = history.select_with_state(*fields).where(cond).first()
         if row is None:
             raise NotFound(f"session {session_id!r} of agent {agent_id!r} not found")
         return row
@@ -415,13 +430,16 @@ class TurnService:
             agent.errors.InputError / UsageError: the inputs do not fit the pending form.
         """
         if req.session_id is None:
-            row, _ = self.create_session(
+            made, _, snapshot = self._create_session(
                 req.tenant_id,
                 req.agent_id,
                 req.session_name,
                 req.user_id or (req.end_user or ""),
                 req.invoke_from,
                 req.release,
+            )
+            row = _SessionRow._make(
+                snapshot if f == "snapshot" else getattr(made, f) for f in _SessionRow._fields
             )
             try:
                 return self._start(req, row, created=True, inline=inline)
@@ -446,7 +464,7 @@ class TurnService:
         row = self._read_session(req)
         if lease_live(row):
             raise _busy(row.id)
-        base = history.kept_snapshot(row.id, row.round - 1)
+        _, base = history.kept_state(row.id, row.round - 1)
         asked = history.last_request(row.id, row.round)
         req = dataclasses.replace(req, query=asked["query"], inputs=asked["inputs"], files=asked["files"])
         return self._start(req, row, created=False, inline=inline, base=base)
@@ -463,19 +481,20 @@ class TurnService:
         if lease_live(row):
             raise _busy(row.id)
         base_round = row.round - 1
-        snapshot = history.kept_snapshot(row.id, base_round)
+        slot, snapshot = history.kept_state(row.id, base_round)
         canvas = Canvas(snapshot, limits=self.limits)
         task_id = uuid.uuid4().hex
         pending = canvas.pending_form()
         # Nothing runs: one conditional write, where the version is the one read and no
-        # turn holds the session (else: busy, nothing changed).
+        # turn holds the session (else: busy, nothing changed), that points the session
+        # at the state it restores.
         with write_transaction():
             saved = _SAVE_TURN_UNLEASED.execute(
                 now=now_ms(),
                 id=row.id,
                 version=row.version,
                 task_id=task_id,
-                snapshot=snapshot,
+                slot=slot,
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
                 round=base_round,
@@ -484,7 +503,7 @@ class TurnService:
             )
             if saved != 1:
                 raise _busy(row.id)
-            history.take_back_after(row.id, base_round, keep_base=False)
+            history.take_back_after(row.id, base_round, slot)
         event = _undo_event(row.id, task_id)
         turn = Turn(session_id=row.id, task_id=task_id)
         turn.result = TurnResult(status="succeeded", final_event=event, answer=event["data"]["content"])
@@ -494,10 +513,10 @@ class TurnService:
     def _start(
         self,
         req: TurnRequest,
-        row: Session | _SessionRow,
+        row: _SessionRow,
         created: bool,
         inline: bool = False,
-        base: str | None = None,
+        base: str | bytes | None = None,
         kept: KeptCanvas | None = None,
     ) -> Turn:
         """Run the turn on ``row`` (claimed when it needs the lease, see the module docstring);
@@ -516,7 +535,8 @@ class TurnService:
             except Exception:  # noqa: BLE001 - the snapshot it was kept as is at hand: loaded below
                 log.exception("could not load the kept canvas of session %s", session_id)
         if canvas is None:
-            canvas = Canvas(row.snapshot if base is None else base, limits=self.limits, services=services)
+            snapshot = history.unpack(row.snapshot) if base is None else base
+            canvas = Canvas(snapshot, limits=self.limits, services=services)
         pending = canvas.pending_form()
         # One random id per turn: its task id (unless it resumes a paused form, whose
         # turn it continues), its message id and its lease owner.
@@ -540,7 +560,7 @@ class TurnService:
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
         # session_id, task_id, owner (none yet), version, round, prior_status, usage_before,
-        # rewound (a regenerate), resumed
+        # slot, rewound (a regenerate), resumed
         claim = _Claim(
             session_id,
             task_id,
@@ -549,6 +569,7 @@ class TurnService:
             row.round if base is None else row.round - 1,
             "paused" if row.pending_form else "idle",
             dict(usage),
+            row.state_slot if base is not None else history.next_slot(row.state_slot, self.keep_snapshots),
             base is not None,
             task_id != turn_id,
         )
@@ -917,6 +938,7 @@ class TurnService:
             )
             used_files = files_of_turn(canvas.accepted_files, canvas.accepted_inputs)
             values["round"] = claim.round + 1
+            values["slot"] = claim.slot
             save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
             if not leased and claim.resumed:
                 same_task = _SAVE_TURN_UNLEASED_SAME_TASK
@@ -931,14 +953,13 @@ class TurnService:
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
         with write_transaction():
-            if snapshot is not None and not claim.rewound:
-                # The state the turn ran from, copied before the UPDATE replaces it (where
-                # the version is still the one read; else the UPDATE finds out below).
-                history.keep_current(claim.session_id, claim.version, claim.round, self.keep_snapshots)
-            # The UPDATE and the messages go with the kept state: one round trip for the
-            # three on MySQL (Prepared.send), answered when the UPDATE's count is read;
-            # if it matched nothing, the messages are rolled back with the transaction.
+            # The UPDATE, the new state and the messages: one round trip for the three on
+            # MySQL (Prepared.send), answered when the UPDATE's count is read; if it
+            # matched nothing (the version moved: the slot may be another turn's now),
+            # the state and the messages are rolled back with the transaction.
             update = (same_task or save).send(values)
+            if snapshot is not None:
+                history.WRITE_STATE.send(values)  # into the slot the UPDATE points the row at
             if exchange is not None and not claim.rewound:
                 _APPEND_EXCHANGE.send(exchange)
             matched = update.rowcount
@@ -954,7 +975,7 @@ class TurnService:
             if snapshot is not None:
                 if claim.rewound:
                     # Before this turn's messages are added: they are the new active branch.
-                    history.take_back_after(claim.session_id, claim.round, keep_base=True)
+                    history.take_back_after(claim.session_id, claim.round, claim.slot)
             if exchange is not None and claim.rewound:
                 _APPEND_EXCHANGE.execute(exchange)
             if used_files:
@@ -1007,22 +1028,35 @@ class TurnService:
             Busy: a turn holds the session (or wrote it meanwhile).
         """
         get_agent(tenant_id, agent_id)
-        row = self.find_session(tenant_id, agent_id, session_id, end_user)
+        row = self._read_session(TurnRequest(tenant_id, agent_id, session_id, end_user=end_user))
         if lease_live(row):
             raise _busy(session_id)
-        canvas = Canvas(row.snapshot, limits=self.limits)
+        canvas = Canvas(history.unpack(row.snapshot), limits=self.limits)
         decl = variables_service.declaration(canvas.dsl, name)
         value = variables_service.check_value(name, decl.get("type"), value)
         canvas.set_value(f"env.{name}", value)
         snapshot = str(canvas)
         now = now_ms()
-        saved = (
-            Session.update(snapshot=snapshot, version=Session.version + 1, update_time=now)
-            .where((Session.id == session_id) & (Session.version == row.version) & lease_free(Session, now))
-            .execute()
-        )
-        if saved != 1:
-            raise _busy(session_id)
+        with write_transaction():
+            saved = (
+                Session.update(version=Session.version + 1, update_time=now)
+                .where(
+                    (Session.id == session_id) & (Session.version == row.version) & lease_free(Session, now)
+                )
+                .execute()
+            )
+            if saved != 1:
+                raise _busy(session_id)
+            # The same round: over the current state, in place (api.services.history).
+            history.WRITE_STATE.execute(
+                {
+                    "id": session_id,
+                    "slot": row.state_slot,
+                    "round": row.round,
+                    "snapshot": snapshot,
+                    "now": now,
+                }
+            )
         return {"name": name, "type": decl.get("type", ""), "value": value}
 
     def request_cancel(self, tenant_id: str, task_id: str) -> dict:
@@ -1080,6 +1114,7 @@ def _memory_store(req: TurnRequest, taken_back: tuple[str, int] | None = None) -
 def _delete_session(session_id: str) -> None:
     with write_transaction():
         MessageLog.delete().where(MessageLog.session_id == session_id).execute()
+        SessionSnapshot.delete().where(SessionSnapshot.session_id == session_id).execute()
         Session.delete().where(Session.id == session_id).execute()
 
 
@@ -1094,10 +1129,12 @@ _NO_USAGE = dict.fromkeys(_USAGE_KEYS, 0)
 
 
 class _SessionRow(NamedTuple):
-    """The columns of a session a turn reads (``_start`` takes this or a ``Session``)."""
+    """The columns of a session a turn reads (what ``_start`` takes)."""
 
     id: str
-    snapshot: str | bytes  # bytes: the UTF-8 a kept canvas's turn wrote
+    # Its current state (api.services.history: the row of its slot, joined): bytes, the
+    # UTF-8 a turn wrote (or, kept by earlier versions, compressed: history.unpack).
+    snapshot: str | bytes
     version: int
     round: int
     user_id: str
@@ -1105,17 +1142,23 @@ class _SessionRow(NamedTuple):
     lease_owner: str | None
     lease_expires: int
     transcript_bytes: int
+    state_slot: int
 
 
 def _find(embed: bool, columns: tuple[str, ...] = (), unless_version: str = "") -> Prepared:
-    """The session by id, agent, tenant (and end user); ``unless_version``: the name of
-    a value for which ``snapshot`` reads NULL where the row has that version."""
+    """The session by id, agent, tenant (and end user); ``snapshot`` among ``columns``:
+    its current state, joined (one statement); ``unless_version``: the name of a value
+    for which ``snapshot`` reads NULL where the row has that version."""
 
     def column(m, name):
-        if name == "snapshot" and unless_version:
+        if name == "snapshot":
+            if not unless_version:
+                return history.STATE
             # Named: else MySQL names the column by its text, the version in it, and a
             # connection parses its description anew each time (api.db.database: Result).
-            snapshot = Case(None, [(Session.version == m(unless_version), SQL("NULL"))], Session.snapshot)
+            snapshot = Case(
+                None, [(Session.version == m(unless_version), SQL("NULL"))], SessionSnapshot.packed
+            )
             return snapshot.alias("snapshot")
         return getattr(Session, name)
 
@@ -1123,7 +1166,10 @@ def _find(embed: bool, columns: tuple[str, ...] = (), unless_version: str = "") 
         cond = (Session.id == m("id")) & (Session.agent_id == m("agent")) & (Session.tenant_id == m("tenant"))
         if embed:
             cond &= (Session.user_id == m("user")) & (Session.source == "embed")
-        return Session.select(*(column(m, c) for c in columns)).where(cond)
+        query = Session.select(*(column(m, c) for c in columns))
+        if "snapshot" in columns:
+            query = history.join_state(query)
+        return query.where(cond)
 
     return Prepared(build)
 
@@ -1203,7 +1249,7 @@ def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prep
         if succeeded:
             changes.update(
                 {
-                    Session.snapshot: mark_text("snapshot"),  # UTF-8 as written (no str made)
+                    Session.state_slot: m("slot"),  # where history.WRITE_STATE wrote the state
                     Session.pending_form: m("pending_form"),
                     Session.round: m("round"),
                     Session.last_error: None,

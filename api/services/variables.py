@@ -6,7 +6,6 @@ Reading them needs only the snapshot's JSON; writing goes through
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agent import variables
@@ -40,9 +39,8 @@ def declaration(snapshot: dict, name: str) -> dict:
     return decls[name]
 
 
-def list_variables(snapshot_text: str) -> list[dict]:
-    """``[{name, type, value, description}]`` of a snapshot; secret values masked."""
-    snapshot = json.loads(snapshot_text)
+def list_variables(snapshot: dict) -> list[dict]:
+    """``[{name, type, value, description}]`` of a snapshot (parsed); secret values masked."""
     values = snapshot.get("globals") or {}
     out = []
     for name, decl in declared(snapshot).items():

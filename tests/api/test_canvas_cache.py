@@ -12,6 +12,7 @@ import pytest
 
 from agent.canvas import Canvas
 from api.db import Session
+from api.services import history
 from api.services.canvas_cache import CanvasCache
 from tests.agent.test_loop import loop_dsl
 from tests.api.components import PURE_GATE_ENTERED
@@ -65,8 +66,8 @@ def scrub(value, *ids: str):
 
 def stored(api: Api, session_id: str) -> tuple[int, dict]:
     with api.app.app_context():
-        row = Session.select(Session.version, Session.snapshot).where(Session.id == session_id).get()
-    return row.version, json.loads(row.snapshot)
+        row = history.select_with_state(Session.version, history.STATE).where(Session.id == session_id).get()
+    return row.version, json.loads(history.unpack(row.snapshot))
 
 
 def q(text: str, stream: bool = False) -> dict:

@@ -7,9 +7,11 @@ import zlib
 
 import pytest
 from peewee import BigAutoField, BigIntegerField, CharField, IntegerField
+from playhouse.migrate import SchemaMigrator
+from playhouse.migrate import migrate as run_schema_changes
 
-from api.db import SchemaVersion, SessionSnapshot, db, init_database
-from api.db.models import BaseModel, LongBlobField
+from api.db import SchemaVersion, Session, SessionSnapshot, db, init_database
+from api.db.models import BaseModel, LongBlobField, LongTextField
 from api.services.history import unpack
 from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse, sample
 from tests.api.test_memory_api import keyed_dsl, remembered, sent_history
@@ -115,8 +117,8 @@ def test_only_the_last_k_states_are_kept(app_factory):
     session_id = api.create_session(agent_id)
     for q in "abcdef":
         api.ask(agent_id, session_id, q)
-    with app.app_context():  # one row a slot, each turn writing over the oldest
-        assert sorted(row.round for row in SessionSnapshot.select()) == [4, 5]
+    with app.app_context():  # the state and the K before it, each turn writing over the oldest
+        assert sorted((row.round, row.slot) for row in SessionSnapshot.select()) == [(4, 1), (5, 2), (6, 0)]
     undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
     for _ in range(2):
         assert api.post(undo, json={"stream": False}).status_code == 200
@@ -152,36 +154,99 @@ class _StateOfMigration10(BaseModel):
         indexes = ((("session_id", "round"), False),)
 
 
-def test_migration_16_moves_the_kept_states_into_slots(api: Api, database_url):
-    """The states kept by the previous schema (one row each, zlib-compressed by earlier
-    versions, up to 2 x K of them) move into the slots: the newest of each, which undo and
-    regenerate then restore."""
-    agent_id = api.create_agent(counter_dsl())
-    session_id = api.create_session(agent_id)
-    for n in range(1, 13):
-        assert answer(api.ask(agent_id, session_id, f"q{n}")) == f"{n}: q{n}"
-    with api.app.app_context():
-        kept = {row.round: unpack(row.packed) for row in SessionSnapshot.select()}
-        assert sorted(kept) == list(range(2, 12))  # K = 10: rounds 10 and 11 wrote over 0 and 1
+#: Text with the characters api.db.pgtext encodes on Postgres.
+NONCHARACTERS = "s1 \ufffe\uffff \uffff\ufffe\ufffe"
+
+
+def _as_before_ring(states: dict[str, dict[int, bytes]], layout: int) -> None:
+    """Make this test's database hold ``states`` (session id -> round -> snapshot, the
+    last round its current state) as schema ``layout`` kept them: the current state in
+    the session row (``session.snapshot``, no ``state_slot``) and the earlier ones, every
+    other one zlib-compressed as earlier versions kept them, in ``session_state`` (15:
+    one row each, rounds 0 and 1 too) or in ``kept_state`` slots ``round % 10`` (16)."""
+    migrator = SchemaMigrator.from_database(db.obj)
+    table = Session._meta.table_name
+    run_schema_changes(
+        migrator.add_column(table, "snapshot", LongTextField(null=True)),
+        migrator.drop_column(table, "state_slot", cascade=False),
+    )
+    SessionSnapshot.delete().execute()
+    if layout == 15:
         db.execute_sql(f"DROP TABLE {SessionSnapshot._meta.table_name}")
         _StateOfMigration10.create_table()
-        for round_no in range(12):  # rounds 0 and 1 too: older, in the slots of 10 and 11
-            text = kept.get(round_no, '{"v": "older"}')
-            packed = zlib.compress(text.encode("utf-8"), 1)
-            _StateOfMigration10.create(session_id=session_id, round=round_no, packed=packed, create_time=0)
-        SchemaVersion.delete().where(SchemaVersion.version == 16).execute()
+    for session_id, kept in states.items():
+        current = max(kept)
+        db.execute_sql(
+            f"UPDATE {table} SET snapshot = {db.obj.param} WHERE id = {db.obj.param}",
+            (kept[current].decode("utf-8"), session_id),
+        )
+        for round_no, snapshot in kept.items():
+            if round_no == current:
+                continue
+            packed = zlib.compress(snapshot, 1) if round_no % 2 else snapshot
+            if layout == 15:
+                _StateOfMigration10.create(
+                    session_id=session_id, round=round_no, packed=packed, create_time=0
+                )
+            else:
+                SessionSnapshot.create(
+                    session_id=session_id, slot=round_no % 10, round=round_no, packed=packed, create_time=0
+                )
+    SchemaVersion.delete().where(SchemaVersion.version >= layout + 1).execute()
+
+
+@pytest.mark.parametrize("layout", [15, 16])
+def test_sessions_of_an_older_schema_move_into_the_ring_and_go_on(app_factory, database_url, layout):
+    """Migration 17 moves a session's state from its row into the ring of its kept states
+    (and 16, from one row per kept state into slots): its turns, regenerate and undo go
+    on from the states the older schema kept, compressed or not."""
+    app = app_factory(CANVAS_CACHE_ENTRIES=0)  # every turn reads its session's state
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(counter_dsl())
+    long, short = api.create_session(agent_id), api.create_session(agent_id)
+    for n in range(1, 13):
+        assert answer(api.ask(agent_id, long, f"q{n}")) == f"{n}: q{n}"
+    assert answer(api.ask(agent_id, short, NONCHARACTERS)) == f"1: {NONCHARACTERS}"
+    with app.app_context():
+        states: dict[str, dict[int, bytes]] = {long: {}, short: {}}
+        for row in SessionSnapshot.select():
+            snapshot = unpack(row.packed)
+            states[row.session_id][row.round] = (
+                snapshot.encode("utf-8") if isinstance(snapshot, str) else snapshot
+            )
+        assert sorted(states[long]) == list(range(2, 13)) and sorted(states[short]) == [0, 1]
+        if layout == 15:  # rounds 0 and 1 were kept too (older, in the slots of 10 and 11)
+            states[long] |= {0: b'{"v": "older"}', 1: b'{"v": "older"}'}
+        _as_before_ring(states, layout)
     init_database(database_url, max_connections=4)
 
-    with api.app.app_context():
-        moved = {(row.slot, row.round) for row in SessionSnapshot.select()}
-        assert moved == {(r % 10, r) for r in range(2, 12)}
+    with app.app_context():
+        assert "snapshot" not in {c.name for c in db.get_columns(Session._meta.table_name)}
         assert "session_state" not in db.get_tables()
-    resp = api.post(f"/agents/{agent_id}/sessions/{session_id}/regenerate", json={"stream": False})
+        slots = {r.id: r.state_slot for r in Session.select(Session.id, Session.state_slot)}
+        assert slots == {long: 2, short: 1}
+        moved = {
+            (row.slot, row.round)
+            for row in SessionSnapshot.select().where(SessionSnapshot.session_id == long)
+        }
+        # Round 12 went to slot 2, the oldest kept state's (round 2).
+        assert moved == {(r % 10, r) for r in range(3, 13)}
+    assert api.session(agent_id, long, dsl="true")["dsl"]["globals"]["env.n"] == 12
+    resp = api.post(f"/agents/{agent_id}/sessions/{long}/regenerate", json={"stream": False})
     assert answer(resp) == "12: q12"
-    undo = f"/agents/{agent_id}/sessions/{session_id}/undo"
+    undo = f"/agents/{agent_id}/sessions/{long}/undo"
     assert answer(api.post(undo, json={"stream": False})) == "11: q11"
-    assert answer(api.post(undo, json={"stream": False})) == "10: q10"
-    assert answer(api.ask(agent_id, session_id, "again")) == "11: again"
+    assert answer(api.post(undo, json={"stream": False})) == "10: q10"  # compressed
+    assert answer(api.ask(agent_id, long, "again")) == "11: again"
+    history = api.session(agent_id, short, dsl="true")["dsl"]["history"]
+    assert history[-1] == ["assistant", f"1: {NONCHARACTERS}"]  # as sent, on Postgres too (api.db.pgtext)
+    assert answer(api.ask(agent_id, short, "s2")) == "2: s2"
+    assert (
+        answer(api.post(f"/agents/{agent_id}/sessions/{short}/undo", json={"stream": False}))
+        == f"1: {NONCHARACTERS}"
+    )
+    assert answer(api.post(f"/agents/{agent_id}/sessions/{short}/undo", json={"stream": False})) == "Hi!"
+    assert api.session(agent_id, short)["round"] == 0
 
 
 def test_the_session_shows_the_task_id_of_its_last_turn_after_an_undo_too(api: Api):

@@ -346,20 +346,24 @@ def test_wait_after_reading_every_event_returns_the_result(api: Api):
         assert turn.wait().status == "succeeded"
 
 
-def test_a_non_ascii_snapshot_is_stored_as_text(api: Api, backend: str):
-    """A turn hands the database its snapshot as the UTF-8 JSON writes (SQLite takes the
-    bytes as text): the column holds text, the same the canvas's text, found by text."""
+def test_a_non_ascii_snapshot_is_stored_as_its_utf8(api: Api, backend: str):
+    """A turn hands the database its snapshot as the UTF-8 JSON writes, and its state (the
+    row of the session's ring that the session points at) holds those bytes as they are:
+    neither escaped nor compressed."""
     from api.db import db
+    from api.services import history
 
     agent_id = api.create_agent(echo_dsl("≥ échø: {sys.query}"))
     session_id = api.create_session(agent_id)
     for query in ("你好 🙂", "ünï ✓"):  # the second turn runs from the kept canvas
         assert api.ask(agent_id, session_id, query).json["data"]["data"]["content"] == f"≥ échø: {query}"
     with api.app.app_context():
-        row = Session.get_by_id(session_id)
-        assert isinstance(row.snapshot, str)
+        row = history.select_with_state(Session.id, history.STATE).where(Session.id == session_id).get()
+        assert isinstance(row.snapshot, bytes)
+        assert "你好 🙂".encode() in row.snapshot
         assert json.loads(row.snapshot)["history"][-2:] == [["user", "ünï ✓"], ["assistant", "≥ échø: ünï ✓"]]
-        assert Session.select().where(Session.snapshot.contains("你好 🙂")).count() == 1
         if backend == "sqlite":
-            kind = db.execute_sql("SELECT typeof(snapshot) FROM session WHERE id = ?", (session_id,))
-            assert kind.fetchone() == ("text",)
+            kind = db.execute_sql(
+                "SELECT typeof(packed) FROM kept_state WHERE session_id = ? AND round = 2", (session_id,)
+            )
+            assert kind.fetchone() == ("blob",)

@@ -34,6 +34,12 @@ import requests
 from tests.api.conftest import sample
 from tests.e2e.conftest import Client, Deployment, free_port
 
+#: A session's state (api.services.history): the row of its ring its row points at.
+STATE_SQL = (
+    "SELECT k.packed FROM session s JOIN kept_state k ON k.session_id = s.id AND k.slot = s.state_slot"
+    " WHERE s.id = %s"
+)
+
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), Path("/usr/bin"))
@@ -360,7 +366,7 @@ def _figures(database: PrivateMariaDB, replies: dict[str, list[Reply]], back: fl
             "SELECT message_id, content FROM message_log WHERE session_id = %s AND role = 'user'", session_id
         )
         stored_ids = {r[0] for r in rows}
-        snapshot = database.query("SELECT snapshot FROM session WHERE id = %s", session_id)[0][0]
+        snapshot = database.query(STATE_SQL, session_id)[0][0]
         said = json.loads(snapshot)["globals"].get("env.said") or []
         acknowledged = [r for r in seen if r.kind == "ok"]
         figures.turns_sent += len(seen)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import requests
 
 from tests.e2e.conftest import Client
-from tests.e2e.faults import classify_reply
+from tests.e2e.faults import STATE_SQL, classify_reply
 
 ANSWER = re.compile(r"This is message number (\d+) in this session\. You said: (.*)", re.S)
 #: Replies after which the turn was certainly not applied (the client may send it again).
@@ -216,7 +216,7 @@ def stored_counter(query: Callable[..., list[tuple]]) -> Callable[[str], tuple[d
     """``stored`` for :func:`check_sessions` from ``query(sql, *args)`` on the database."""
 
     def stored(session_id: str) -> tuple[dict, list[str]]:
-        snapshot = query("SELECT snapshot FROM session WHERE id = %s", session_id)[0][0]
+        snapshot = query(STATE_SQL, session_id)[0][0]
         logged = query("SELECT content FROM message_log WHERE session_id = %s AND role = 'user'", session_id)
         return json.loads(snapshot)["globals"], [row[0] for row in logged]
 
