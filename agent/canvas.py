@@ -605,7 +605,8 @@ class Canvas:
                 or type(entry[1]) is not str
             ):
                 return None
-        if not vars(self).keys() <= _canvas_attrs():
+        attrs = vars(self)  # counted, not compared as sets (see _reload): nothing removes one
+        if len(attrs) - ("_finished_late" in attrs) - ("_started_late" in attrs) != _loaded_attrs():
             return None
         _, snapshot, state = written
         kept = {**snapshot, "history": list(self.history)}
@@ -1463,9 +1464,9 @@ def _component_attrs() -> frozenset[str]:
 
 
 @functools.cache
-def _canvas_attrs() -> frozenset[str]:
-    """The attributes a loaded canvas has, and those a run adds."""
-    return frozenset(vars(_probe())) | {"_finished_late", "_started_late"}
+def _loaded_attrs() -> int:
+    """How many attributes a loaded canvas has (a run adds ``_finished_late`` and ``_started_late``)."""
+    return len(vars(_probe()))
 
 
 _EMPTY = {"path": [], "history": [], "retrieval": []}

@@ -209,6 +209,16 @@ def test_a_kept_canvas_builds_anew_a_component_a_run_added_to():
     assert _attributes(loaded) == _attributes(Canvas(text))
 
 
+def test_a_canvas_a_run_added_an_attribute_to_is_not_kept():
+    canvas = Canvas(str(Canvas(form_dsl())))
+    list(canvas.run(query="hi"))  # a run adds its own two (_finished_late, _started_late)
+    assert canvas.keep(canvas.dump(keepable=True)) is not None
+    canvas = Canvas(str(Canvas(form_dsl())))
+    list(canvas.run(query="hi"))
+    canvas.sleep = lambda seconds: None  # (a test's own wait)
+    assert canvas.keep(canvas.dump(keepable=True)) is None
+
+
 def test_what_only_the_standard_library_reads_or_writes_is_not_kept():
     value = {"a": [1, {"b": "ü"}], "c": None}
     assert jsonio.dumps_plain(value) == ('{"a":[1,{"b":"ü"}],"c":null}', True)
