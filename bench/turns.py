@@ -60,7 +60,7 @@ def intake_dsl() -> dict:
 class Ours:
     """The turn service on its own database, in this process (one app per subject)."""
 
-    def __init__(self, url: str, synchronous: str = "normal", cache: bool = True):
+    def __init__(self, url: str, cache: bool = True):
         from api import create_app
         from api.config import canvas_limits
         from api.db import db
@@ -70,11 +70,6 @@ class Ours:
         # cache=False: the canvas cache off (api/services/canvas_cache.py), to compare.
         self.app = create_app({"DATABASE_URL": url, **({} if cache else {"CANVAS_CACHE_ENTRIES": 0})})
         self.database = db.obj
-        if hasattr(self.database, "_pragmas"):  # SQLite: the durability asked for
-            pragmas = dict(self.database._pragmas)
-            pragmas["synchronous"] = synchronous
-            self.database._pragmas = list(pragmas.items())
-            self.database.close_all()
         with self.app.app_context():
             tenant = tokens.tenant_by_name(f"bench-{uuid.uuid4().hex[:6]}")
             self.tenant_id = tenant.id
@@ -273,9 +268,13 @@ def main() -> int:
     try:
         for sync in args.durability.split(","):
             subjects: dict[str, object] = {
-                "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}.db", sync),
+                "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}.db?synchronous={sync}"),
                 **(
-                    {"ours sqlite, uncached": Ours(f"sqlite:///{tmp}/ours-nc-{sync}.db", sync, cache=False)}
+                    {
+                        "ours sqlite, uncached": Ours(
+                            f"sqlite:///{tmp}/ours-nc-{sync}.db?synchronous={sync}", cache=False
+                        )
+                    }
                     if args.uncached
                     else {}
                 ),

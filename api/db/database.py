@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from peewee import (
     Database,
@@ -1198,7 +1198,13 @@ class _WriterLock:
         return self._fd
 
     def __enter__(self) -> None:
-        self._thread_lock.acquire()
+        self.acquire()
+
+    def acquire(self, timeout: float = -1) -> bool:
+        """Take the lock (as ``with``); false, not taken, when this process's threads
+        held it past ``timeout`` seconds (another process's holder is waited for)."""
+        if not self._thread_lock.acquire(timeout=timeout):
+            return False
         if self._depth == 0:
             fd = self._file()
             if fd is not None:
@@ -1207,8 +1213,12 @@ class _WriterLock:
                 except OSError:
                     pass  # no lock between processes: SQLite's busy handler still serialises
         self._depth += 1
+        return True
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
         self._depth -= 1
         if self._depth == 0 and self._fd is not None and self._pid == _PID:
             try:
@@ -1262,12 +1272,20 @@ class _Checkpointer:
     (and opened anew on the current file); :meth:`forget` closes one at once
     (:meth:`WalSqliteDatabase.close_all`: nothing of the database stays open).
 
-    The price is the WAL's size. SQLite starts the WAL file over only after a checkpoint
-    that copied all of it, and commits that land while this one runs (the committer's
-    checkpoint held the write lock) leave it a little behind: under steady writes the
-    file grows to a few thousand pages (~8,000 seen: 32 MB at 4 KB pages, one client
-    over two workers) until a checkpoint meets a pause, or the committer's own
-    checkpoint at :data:`WAL_AUTOCHECKPOINT` pages catches up under the write lock.
+    Where each commit syncs the WAL (``synchronous=FULL``: ``?synchronous=full`` in the
+    URL), a checkpoint that leaves frames behind (commits landed while it copied, as
+    they do under steady writes) is finished at once holding the database's write lock
+    (:class:`_WriterLock`: every process's writers wait): it copies only those frames, so
+    the next commit starts the WAL file over from its beginning. Otherwise no checkpoint
+    ever catches up, and the WAL grows to :data:`WAL_AUTOCHECKPOINT` pages (40 MB) before
+    it starts over, each commit making the file longer, whose sync must then also write
+    the file's new size to the file system's journal: 0.36 ms a commit's sync, median,
+    against 0.27 in a WAL started over (one thread's pause+resume turns, strace). With
+    ``synchronous=NORMAL`` a commit syncs nothing, and the finishing pass's two syncs
+    would be waits added to the writers (a busy disk: 0.74-0.95 ms a turn became
+    1.5-2.3): there the WAL grows as before. The lock is not waited for past
+    :data:`CHECKPOINT_LOCK_WAIT` (this process's writers holding it): the next
+    checkpoint tries again.
     """
 
     def __init__(self) -> None:
@@ -1280,7 +1298,8 @@ class _Checkpointer:
         _INHERITED.extend(database for database, _ in getattr(self, "_open", {}).values())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._wanted: dict[str, None] = {}  # paths, in order of asking
+        #: path -> the database's write lock (None: none to finish with), in order of asking
+        self._wanted: dict[str, _WriterLock | None] = {}
         self._thread: threading.Thread | None = None
         self._busy = False
         #: path -> (its connection, the file's (st_dev, st_ino) when opened), oldest use first;
@@ -1288,10 +1307,11 @@ class _Checkpointer:
         self._open: dict[str, tuple[SqliteDatabase, tuple[int, int]]] = {}
         self._open_lock = threading.Lock()
 
-    def ask(self, path: str) -> None:
-        """Have the WAL of the SQLite database at ``path`` checkpointed soon."""
+    def ask(self, path: str, write_lock: _WriterLock | None = None) -> None:
+        """Have the WAL of the SQLite database at ``path`` checkpointed soon (finished
+        holding ``write_lock`` where commits landed meanwhile)."""
         with self._lock:
-            self._wanted[path] = None
+            self._wanted[path] = write_lock
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentcanvas-checkpoint", daemon=True)
                 self._thread.start()
@@ -1316,13 +1336,14 @@ class _Checkpointer:
                 self._busy = False
                 self._wake.notify_all()
                 self._wake.wait_for(lambda: self._wanted)
-                paths, self._wanted, self._busy = list(self._wanted), {}, True
-            for path in paths:
+                wanted, self._wanted, self._busy = list(self._wanted.items()), {}, True
+            for path, write_lock in wanted:
                 with self._open_lock:
-                    self.checkpoint(path)
+                    self.checkpoint(path, write_lock)
 
-    def checkpoint(self, path: str) -> None:
-        """Checkpoint the WAL of the database at ``path`` (called holding ``_open_lock``)."""
+    def checkpoint(self, path: str, write_lock: _WriterLock | None = None) -> None:
+        """Checkpoint the WAL of the database at ``path`` (called holding ``_open_lock``),
+        then what commits added meanwhile holding ``write_lock``, if given."""
         kept = self._open.pop(path, None)
         try:
             stat = os.stat(path)
@@ -1344,7 +1365,12 @@ class _Checkpointer:
             )
             kept = (database, file)
         try:
-            kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if write_lock is not None and write_lock.acquire(CHECKPOINT_LOCK_WAIT):
+                try:
+                    kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                finally:
+                    write_lock.release()
         except PeeweeException as exc:  # unreadable, locked: the next commit asks again
             log.debug("could not checkpoint the WAL of %s: %s", path, exc)
             self._close(kept[0])
@@ -1361,6 +1387,9 @@ class _Checkpointer:
             log.debug("could not close the checkpoint connection to %s: %s", database.database, exc)
 
 
+#: Seconds the checkpoint thread waits for this process's writers to let the write lock
+#: go before it leaves a checkpoint's last frames to the next one (:class:`_Checkpointer`).
+CHECKPOINT_LOCK_WAIT = 1.0
 #: Databases the checkpoint thread keeps a connection to (see :class:`_Checkpointer`).
 CHECKPOINT_CONNECTIONS = 4
 #: Connections a forked child inherited from its parent's checkpoint thread (kept, never used).
@@ -1486,7 +1515,13 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         self._commits += 1
         if self.checkpoint_every and self._commits >= self.checkpoint_every:
             self._commits = 0
-            _CHECKPOINTER.ask(str(self.database))
+            _CHECKPOINTER.ask(str(self.database), self.write_lock if self._syncs_commits() else None)
+
+    def _syncs_commits(self) -> bool:
+        """Whether each commit syncs the WAL (``synchronous`` FULL or EXTRA, SQLite's
+        default where it is not set)."""
+        value = str(dict(self._pragmas).get("synchronous", "full")).lower()
+        return value not in ("normal", "off", "0", "1")
 
     def _close_raw(self, conn) -> None:  # noqa: ANN001 - peewee's signature
         self._seen.discard(id(conn))
@@ -1595,6 +1630,32 @@ def is_postgres(database: Database | DatabaseProxy) -> bool:
     return isinstance(target, PooledPostgresqlDatabase)
 
 
+#: ``synchronous`` values a SQLite URL may ask for (``?synchronous=full``), as SQLite names them.
+SQLITE_SYNCHRONOUS = ("normal", "full", "extra")
+
+
+def _sqlite_synchronous(url: str) -> str:
+    """The ``synchronous`` setting a SQLite URL asks for: ``normal`` (the default: a commit
+    is durable once a later sync of the WAL has run, at the next checkpoint), ``full``
+    (each commit syncs the WAL: durable when the reply goes) or ``extra``.
+
+    Raises:
+        ValueError: the URL has another option, or another value.
+    """
+    options = parse_qs(urlparse(url).query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"synchronous"})
+    if unknown:
+        raise ValueError(
+            f"database URL option {unknown[0]!r} is not known for SQLite; the one there is: synchronous"
+        )
+    value = (options.get("synchronous") or ["normal"])[-1].lower()
+    if value not in SQLITE_SYNCHRONOUS:
+        raise ValueError(
+            f"database URL option synchronous={value!r} is not one of {', '.join(SQLITE_SYNCHRONOUS)}"
+        )
+    return value
+
+
 def _sqlite_path(url: str) -> str:
     path = urlparse(url).path
     if path.startswith("/"):
@@ -1633,7 +1694,7 @@ def open_database(url: str, max_connections: int = 32) -> Database:
             check_same_thread=False,
             pragmas={
                 "journal_mode": "wal",
-                "synchronous": "normal",
+                "synchronous": _sqlite_synchronous(url),
                 "busy_timeout": 30000,
                 "foreign_keys": 1,
                 # Deleted content is zeroed on the pages a write changes anyway, not by

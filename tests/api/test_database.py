@@ -478,6 +478,62 @@ def test_a_process_has_the_sqlite_wal_checkpointed_in_the_background(tmp_path):
         database.close_all()
 
 
+def test_under_steady_writes_the_sqlite_wal_starts_over_after_each_checkpoint(tmp_path):
+    """With ``synchronous=full`` (each commit syncs the WAL), commits keep landing while
+    the background checkpoint copies the WAL (two threads writing without a pause): the
+    WAL file is started over all the same, so it stays the size of a few checkpoints'
+    writes instead of growing with every commit (each commit's sync then writing the
+    file's new size too)."""
+    path = tmp_path / "ac.db"
+    init_database(f"sqlite:///{path}?synchronous=full")
+    database = db.obj
+    commits, each = 800, "x" * 12_000  # 9.6 MB of rows (~6 WAL pages a commit, ~21 MB)
+    largest = 0
+
+    def write(n: int) -> None:
+        nonlocal largest
+        for i in range(n):
+            with db.connection_context(), write_transaction():
+                MessageLog.create(session_id="s", role="user", content=f"{i}{each}")
+            largest = max(largest, os.path.getsize(f"{path}-wal"))
+
+    try:
+        database.checkpoint_every, database._commits = 10, 0
+        threads = [threading.Thread(target=write, args=(commits // 2,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert _CHECKPOINTER.wait_idle(10)
+        assert MessageLog.select().count() == commits
+        # Every commit kept in the WAL is ~21 MB; started over after each checkpoint
+        # (asked every 10 commits, more landing while it runs) it stayed under 3.1 MB.
+        assert largest < commits * len(each), largest
+    finally:
+        database.close_all()
+
+
+def test_a_sqlite_url_may_ask_for_each_commit_to_be_synced(tmp_path):
+    """``?synchronous=full`` (or ``extra``) makes each commit sync the WAL; ``normal`` is
+    the default; another option or value is refused, naming it."""
+    for query, level in (
+        ("", 1),
+        ("?synchronous=full", 2),
+        ("?synchronous=EXTRA", 3),
+        ("?synchronous=normal", 1),
+    ):
+        init_database(f"sqlite:///{tmp_path / 'ac.db'}{query}")
+        try:
+            with db.connection_context():
+                assert db.execute_sql("PRAGMA synchronous").fetchone()[0] == level, query
+        finally:
+            db.obj.close_all()
+    with pytest.raises(ValueError, match="synchronous='off' is not one of normal, full, extra"):
+        init_database(f"sqlite:///{tmp_path / 'ac.db'}?synchronous=off")
+    with pytest.raises(ValueError, match="option 'journal_mode' is not known for SQLite"):
+        init_database(f"sqlite:///{tmp_path / 'ac.db'}?journal_mode=delete")
+
+
 def _checkpointed_write(path, content: str) -> None:
     """A write transaction on the database at ``path`` that has its WAL checkpointed."""
     init_database(f"sqlite:///{path}")
