@@ -192,12 +192,26 @@ def run_gunicorn(
     """
     from gunicorn.app.base import BaseApplication
 
-    from api import telemetry
+    from api import connection_balance, telemetry
 
     log_settings = load_settings().get("log") or {}
     log_format = str(log_settings.get("format") or "json")
     telemetry.configure_logging(log_format, str(log_settings.get("level") or "info"))
     telemetry.prepare_multiprocess()
+
+    # Two workers or more: keep-alive connections spread by least connections (see
+    # api/connection_balance.py). Seats for twice the workers, as a reload (HUP) starts
+    # the new workers before the old ones leave.
+    board = (
+        connection_balance.ConnectionBoard(2 * workers)
+        if workers > 1 and connection_balance.AVAILABLE
+        else None
+    )
+
+    def child_exit(_server: Any, worker: Any) -> None:
+        telemetry.worker_exited(worker.pid)
+        if board is not None:
+            board.unseat(worker)
 
     class Server(BaseApplication):
         def load_config(self) -> None:
@@ -205,7 +219,7 @@ def run_gunicorn(
                 "bind": f"{host}:{port}",
                 "workers": workers,
                 "threads": threads,
-                "worker_class": "gthread",
+                "worker_class": connection_balance.BalancedThreadWorker if board else "gthread",
                 # Turns may stream for minutes; the worker heartbeat is separate.
                 "timeout": max(120, int(float(max_seconds)) + 60),
                 "graceful_timeout": 30,
@@ -213,9 +227,11 @@ def run_gunicorn(
                 "errorlog": "-",
                 # JSON lines like the app's (AGENTCANVAS_LOG_FORMAT=text for plain), tokens masked.
                 "logger_class": telemetry.gunicorn_logger_class(log_format),
-                "child_exit": lambda _server, worker: telemetry.worker_exited(worker.pid),
+                "child_exit": child_exit,
                 "post_worker_init": freeze_startup_objects,
             }
+            if board is not None:
+                options["pre_fork"] = board.seat
             if "control_socket_disable" in self.cfg.settings:
                 # gunicorn ≥ 25 opens a control socket at one fixed path per user, so a
                 # second server on the same machine would fight over it; we do not use it.
