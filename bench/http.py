@@ -12,7 +12,12 @@ measurement and served with the same gunicorn settings (``--workers``/``--thread
 * **langgraph**: ``langgraph dev`` (``langgraph-cli[inmem]``, the ``bench`` extra)
   running the same greet → interrupt → reply graph, where it is installed;
 
-on SQLite, MariaDB and PostgreSQL. Measurement is interleaved: each round runs every subject
+on SQLite, MariaDB and PostgreSQL. ours and floor are both served by ``api.cli.run_gunicorn``
+(the same gthread workers, the same least-connections spreading of keep-alive connections
+over the workers from ``api/connection_balance.py``), so the comparison is fair. How the
+clients' connections sat on the workers is sampled in each cell at the end of its
+warm-up (from /proc) and printed beside it, e.g. ``8/8`` per round: a ratio compares like
+with like only where the splits match. Measurement is interleaved: each round runs every subject
 at every concurrency for ``--seconds``, and the figures are medians over the rounds,
 with their spread (min–max). A ratio is always of two subjects measured in the same
 round, one right after the other.
@@ -282,6 +287,47 @@ class Phase:
     rps: float
     p50_ms: float
     errors: int
+    split: tuple[int, ...] = ()  # the clients' connections held by each worker process
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            children = [int(c) for c in fh.read().split()]
+    except OSError:
+        return []
+    return [d for c in children for d in (c, *_descendants(c))]
+
+
+def connections_per_worker(server_pid: int, port: int) -> tuple[int, ...]:
+    """How many established connections to ``port`` each process of the server holds
+    (its workers, or the server itself when it has none), most first. From /proc: the
+    sockets' inodes in /proc/net/tcp*, against each process's file descriptors."""
+    local = f":{port:04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                for line in fh.readlines()[1:]:
+                    cols = line.split()
+                    if cols[1].endswith(local) and cols[3] == "01":  # 01: ESTABLISHED
+                        inodes.add(cols[9])
+        except OSError:
+            continue
+    counts = []
+    for pid in _descendants(server_pid) or [server_pid]:
+        held = 0
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                held += link.startswith("socket:[") and link[8:-1] in inodes
+        except OSError:
+            continue
+        counts.append(held)
+    return tuple(sorted(counts, reverse=True))
 
 
 async def _client_loop(
@@ -312,13 +358,25 @@ async def _client_loop(
 def measure(subject: Subject, clients: int, seconds: float, warmup: float) -> Phase:
     """Run ``clients`` closed-loop clients for ``warmup + seconds``; count the last ``seconds``."""
 
+    split: list[tuple[int, ...]] = []
+
+    async def sample_split() -> None:
+        # Once the clients are connected (the end of the warm-up), off the event loop.
+        await asyncio.sleep(warmup)
+        split.append(
+            await asyncio.get_running_loop().run_in_executor(
+                None, connections_per_worker, subject.proc.pid, subject.port
+            )
+        )
+
     async def go() -> tuple[list, list]:
         now = time.perf_counter()
         t_start, t_end = now + warmup, now + warmup + seconds
         out: list[float] = []
         errs: list[int] = []
         await asyncio.gather(
-            *(_client_loop(subject.port, c, t_start, t_end, out, errs) for c in subject.clients[:clients])
+            *(_client_loop(subject.port, c, t_start, t_end, out, errs) for c in subject.clients[:clients]),
+            sample_split(),
         )
         return out, errs
 
@@ -327,6 +385,7 @@ def measure(subject: Subject, clients: int, seconds: float, warmup: float) -> Ph
         rps=len(latencies) / seconds,
         p50_ms=statistics.median(latencies) * 1000 if latencies else float("nan"),
         errors=len(errors),
+        split=split[0],
     )
 
 
@@ -460,7 +519,10 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
         f"\nturns over HTTP: {args.workers} workers x {args.threads} threads each, {args.rounds} rounds of "
         f"{args.seconds:g} s per cell, interleaved; median [min–max] over rounds"
     )
-    print(f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'errors':>8}")
+    print(
+        f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'errors':>8}"
+        "  connections per worker, each round"
+    )
     for backend, group in subjects.items():
         for level in levels:
             for subject in group:
@@ -468,6 +530,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                 print(
                     f"{backend:<9}{level:>8}  {subject.name:<10}{spread([p.rps for p in phases]):>22}"
                     f"{spread([p.p50_ms for p in phases], '{:.2f}'):>24}{sum(p.errors for p in phases):>8}"
+                    f"  {' '.join('/'.join(map(str, p.split)) for p in phases)}"
                 )
     print("\ncost per request, ratio of two subjects measured in the same round: median [min–max]")
     for backend, group in subjects.items():
