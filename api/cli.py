@@ -202,11 +202,7 @@ def run_gunicorn(
     # Two workers or more: keep-alive connections spread by least connections (see
     # api/connection_balance.py). Seats for twice the workers, as a reload (HUP) starts
     # the new workers before the old ones leave.
-    board = (
-        connection_balance.ConnectionBoard(2 * workers)
-        if workers > 1 and connection_balance.AVAILABLE
-        else None
-    )
+    board = connection_balance.ConnectionBoard(2 * workers) if workers > 1 else None
 
     def child_exit(_server: Any, worker: Any) -> None:
         telemetry.worker_exited(worker.pid)

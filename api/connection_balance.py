@@ -56,9 +56,7 @@ from typing import Any, NamedTuple
 from gunicorn.workers.gthread import ThreadWorker
 
 # The hooks used here (an accept switch, set_accept_enabled, and the count nr_conns) are
-# those of gthread's loop in the gunicorn installed (27); run_gunicorn uses gthread as it
-# is with a gunicorn whose gthread worker has no such switch (setup.cfg allows >= 22).
-AVAILABLE = hasattr(ThreadWorker, "set_accept_enabled")
+# those of gthread's loop in gunicorn 27, which setup.cfg pins.
 # A worker's loop turns at least once a second (its poller waits 1 s at most).
 STALE_SECONDS = 3.0
 STALE_NS = int(STALE_SECONDS * 1e9)
