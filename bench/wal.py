@@ -6,16 +6,24 @@ after a warm-up the WAL is emptied, a window of turns is played, and the frames 
 WAL grew by are counted (one frame = one database page written by a commit). Pages
 written is what a commit costs SQLite beyond the statements themselves: every page a
 transaction dirties is copied to the WAL at ``COMMIT`` and back at the checkpoint.
+Over HTTP they are most of the kernel time a request of ours takes beyond the floor's
+(two ``pwrite`` calls a page: ``bench/kernel.py``).
 
-    .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10]
+``--by-table`` also says whose pages they are: each frame's page is looked up in
+SQLite's ``dbstat`` table (the table or index it belongs to, its kind: leaf, internal,
+overflow), and page 1, which holds the free-page list's head and the file's size.
+
+    .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10] [--by-table]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
 import os
 import sqlite3
+import struct
 import sys
 import tempfile
 
@@ -38,6 +46,45 @@ def wal_frames(path: str) -> int:
     return max(0, size - 32) // (page + 24)
 
 
+def wal_pages(path: str) -> list[int]:
+    """The page number of every frame in the WAL of database ``path``, in order."""
+    with open(path + "-wal", "rb") as fh:
+        wal = fh.read()
+    page_size = struct.unpack(">I", wal[8:12])[0]
+    salts = wal[16:24]
+    pages = []
+    for offset in range(32, len(wal) - 24 - page_size + 1, 24 + page_size):
+        if wal[offset + 8 : offset + 16] != salts:  # left from before the WAL started over
+            break
+        pages.append(struct.unpack(">I", wal[offset : offset + 4])[0])
+    return pages
+
+
+def page_owners(path: str) -> dict[int, str]:
+    """``{page: "table or index: kind"}`` of database ``path`` as it is now (WAL included);
+    page 1 is the file's header. Empty where SQLite was built without ``dbstat``."""
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute("SELECT name, pageno, pagetype FROM dbstat").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    owners = {page: f"{name}: {kind}" for name, page, kind in rows}
+    owners[1] = "page 1 (free list, file size)"
+    return owners
+
+
+def print_by_table(path: str, requests: int) -> None:
+    owners = page_owners(path)
+    if not owners:
+        print("  (this SQLite has no dbstat table: pages not attributed)")
+        return
+    counts = collections.Counter(owners.get(page, "free now") for page in wal_pages(path))
+    for owner, count in counts.most_common():
+        print(f"  {count / requests:6.2f}  {owner}")
+
+
 def truncate_wal(path: str) -> None:
     conn = sqlite3.connect(path)
     busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -53,7 +100,7 @@ def no_autocheckpoint(database: object) -> None:
     database.close_all()
 
 
-def measure(name: str, subject: object, path: str, warmup: int, turns: int) -> float:
+def measure(name: str, subject: object, path: str, warmup: int, turns: int, by_table: bool = False) -> float:
     for i in range(1, warmup + 1):
         subject.turn(i)
     truncate_wal(path)
@@ -62,6 +109,8 @@ def measure(name: str, subject: object, path: str, warmup: int, turns: int) -> f
     frames = wal_frames(path)
     per_request = frames / (2 * turns)
     print(f"{name:<28}{frames:>8} frames  {per_request:6.2f} pages per request")
+    if by_table:
+        print_by_table(path, 2 * turns)
     return per_request
 
 
@@ -72,6 +121,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--keep", type=int, default=None, help="session.keep_snapshots for ours")
+    parser.add_argument("--by-table", action="store_true", help="pages per request by table and index")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="agentcanvas-wal-")
     ours_path = f"{tmp}/ours.db"
@@ -82,8 +132,8 @@ def main() -> int:
     floor_path = f"{tmp}/floor.db"
     floor = Floor(f"sqlite:///{floor_path}", False)
     floor.store.conn().execute("PRAGMA wal_autocheckpoint=0")
-    measure("ours", ours, ours_path, args.warmup, args.turns)
-    measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns)
+    measure("ours", ours, ours_path, args.warmup, args.turns, args.by_table)
+    measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns, args.by_table)
     ours.close()
     floor.close()
     return 0
