@@ -22,6 +22,7 @@ import os
 import select
 import struct
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -1161,8 +1162,12 @@ _PID = os.getpid()
 def _forked() -> None:
     global _PID
     _PID = os.getpid()
+    for lock in list(_WRITER_LOCKS):
+        lock._forked()
 
 
+#: Every write lock of this process, each made anew in a forked child (_WriterLock._forked).
+_WRITER_LOCKS: weakref.WeakSet[_WriterLock] = weakref.WeakSet()
 os.register_at_fork(after_in_child=_forked)
 
 
@@ -1187,6 +1192,14 @@ class _WriterLock:
         self._depth = 0
         self._fd: int | None = None
         self._pid = 0
+        _WRITER_LOCKS.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child: a lock another thread of the parent held (the checkpoint
+        thread's, a writer's) is free, as that thread is not in the child to let it go."""
+        if not self._thread_lock._is_owned():  # type: ignore[attr-defined] - RLock's own check
+            self._thread_lock = threading.RLock()
+            self._depth = 0
 
     def _file(self) -> int | None:
         if self._pid != _PID:

@@ -513,6 +513,45 @@ def test_under_steady_writes_the_sqlite_wal_starts_over_after_each_checkpoint(tm
         database.close_all()
 
 
+def test_a_forked_worker_can_write_while_another_thread_of_its_parent_holds_the_write_lock(tmp_path):
+    """gunicorn forks its workers from a process whose checkpoint thread (or any other
+    writer thread) may hold a database's write lock at that moment: the worker's copy of
+    the lock is free (that thread is not in the worker to let it go), and it writes."""
+    path = tmp_path / "ac.db"
+    init_database(f"sqlite:///{path}")
+    database = db.obj
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with database.write_lock:
+            held.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the worker: write, and say so by its exit status
+            code = 1
+            try:
+                if database.write_lock.acquire(timeout=5):
+                    database.write_lock.release()
+                    code = 0
+            finally:
+                os._exit(code)
+        # The parent's holder still has the file lock too: let it go so the child's
+        # flock (another open file) can be had, then see the child write.
+        done.set()
+        holder.join(10)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        done.set()
+        holder.join(10)
+        database.close_all()
+
+
 def test_a_sqlite_url_may_ask_for_each_commit_to_be_synced(tmp_path):
     """``?synchronous=full`` (or ``extra``) makes each commit sync the WAL; ``normal`` is
     the default; another option or value is refused, naming it."""
