@@ -265,8 +265,9 @@ def stop_background(app: Flask, timeout: float = 30.0) -> list[str]:
     extractions run, and the lease keepers stop once nothing they renew is held.
 
     Returns what still runs at the timeout, by name (empty when everything stopped):
-    while anything does, its database connection is in use, and closing the pool's
-    in-use connections (``close_all``) under it would crash SQLite's driver. The app
+    while anything does, its database connection is in use (``close_all`` leaves a
+    SQLite one to its thread until given back; MySQL's and Postgres' it closes under
+    it, failing what the thread is doing). The app
     still answers requests afterwards; a turn or a parse it is then given starts its
     threads again.
     """

@@ -1459,8 +1459,7 @@ class WalSqliteDatabase(PooledSqliteDatabase):
             if self._still_usable(conn):
                 state.set_connection(conn)
                 return True
-            if id(conn) in self._in_use:
-                self._close(conn)  # through the pool's check-in: it decides
+            self._close(conn)  # through the pool's check-in: it decides
         return super().connect(reuse_if_open)
 
     def _still_usable(self, conn) -> bool:  # noqa: ANN001 - a sqlite3 connection
@@ -1483,6 +1482,18 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         self._parked.append(conn)
         return True
 
+    def _close(self, conn, close_conn=False):  # noqa: ANN001, ANN202 - peewee's signature
+        # A connection that is no longer the pool's (close_all let it go while a thread
+        # had it) is closed where it is checked in: by its thread, or parked by it (not
+        # looked at there, a request's hot path), by the next connect() or close_idle()
+        # that takes it. peewee's check-in would leave it open.
+        with self._pool_lock:
+            if not close_conn and id(conn) not in self._in_use:
+                self._close_raw(conn)
+                self._pool_available.notify()
+                return
+            super()._close(conn, close_conn)
+
     def _take_back_parked(self) -> bool:
         """Check every parked connection in (to the pool's idle ones); whether there was one."""
         taken = False
@@ -1492,8 +1503,7 @@ class WalSqliteDatabase(PooledSqliteDatabase):
             except IndexError:
                 return taken
             taken = True
-            if id(conn) in self._in_use:
-                self._close(conn)
+            self._close(conn)
 
     def close_idle(self) -> None:
         self._take_back_parked()
@@ -1518,8 +1528,20 @@ class WalSqliteDatabase(PooledSqliteDatabase):
             return conn
 
     def close_all(self) -> None:
-        super().close_all()
-        self._parked.clear()  # closed with the pool's others
+        """Close this thread's connection, the parked and the idle ones; let go of those
+        other threads have checked out, each closed when its thread gives it back.
+
+        peewee's closes those too, under whatever their threads are doing: a statement
+        running on one then read the handle CPython's driver had freed, a segfault (in
+        ``sqlite3_last_insert_rowid``, from the statement's ``execute``). One a thread
+        holds and never gives back (it ended without closing it) is closed with its
+        last reference, as peewee would close it here.
+        """
+        self.close()
+        with self._pool_lock:
+            self.close_idle()  # the parked ones too
+            self._in_use = {}
+            self._pool_available.notify_all()
         self.write_lock.close()
         _CHECKPOINTER.forget(str(self.database))
 

@@ -977,6 +977,52 @@ def test_closing_a_sqlite_pools_connections_closes_those_threads_keep(tmp_path):
         database.close_all()
 
 
+def test_close_all_leaves_another_threads_connection_to_it_until_given_back(tmp_path):
+    """close_all while another thread has a connection checked out: that thread's work
+    on it goes on, and the connection is closed when the thread gives it back. peewee's
+    close_all closed it under the thread, and one whose statement was running then
+    crashed the process (CPython's driver read the closed handle: a segfault in
+    sqlite3_last_insert_rowid, seen when the benchmark's close_all met a parse
+    thread's poll)."""
+    database = _sqlite_pool(tmp_path, max_connections=4)
+    checked_out, closed_all = threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def work() -> None:
+        try:
+            with database.connection_context():
+                seen["connection"] = database.connection()
+                database.execute_sql("CREATE TABLE kept (x INTEGER)")
+                checked_out.set()
+                closed_all.wait(10)
+                database.execute_sql("INSERT INTO kept VALUES (1)")
+                seen["rows"] = database.execute_sql("SELECT x FROM kept").fetchall()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            seen["error"] = exc
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    try:
+        assert checked_out.wait(10)
+        with database.connection_context():  # this thread's, parked
+            own = database.connection()
+            database.execute_sql("SELECT 1")
+        database.close_all()
+        assert database._is_closed(own)
+        assert not database._is_closed(seen["connection"])
+    finally:
+        closed_all.set()
+        thread.join(10)
+    other = seen.pop("connection")
+    assert seen == {"rows": [(1,)]}
+    with database.connection_context():  # given back, parked: closed, not handed out again
+        assert database.connection() not in (own, other)
+        assert database.execute_sql("SELECT count(*) FROM kept").fetchone() == (1,)
+    assert database._is_closed(other)
+    database.close_all()
+    assert _open_files((tmp_path / "pool.db").resolve()) == 0
+
+
 def test_a_stale_sqlite_connection_a_thread_kept_is_replaced(tmp_path):
     database = _sqlite_pool(tmp_path, max_connections=2)
     try:
