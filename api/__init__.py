@@ -209,8 +209,11 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     @app.teardown_appcontext
     def _release_connection(exc: BaseException | None) -> None:
-        if not db_proxy.is_closed():
-            db_proxy.close()
+        # The database itself: a method read through the proxy is a failed attribute
+        # look-up first (an AttributeError made and dropped), on every request.
+        database = db_proxy.obj
+        if not database.is_closed():
+            database.close()
 
     @app.errorhandler(Exception)
     def _error(exc: Exception):  # noqa: ANN202 - a Flask handler

@@ -128,7 +128,7 @@ def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
 def _body_bytes(req: Request) -> bytes:
     """The body of ``req`` (the current request); one sent chunked over
     ``MAX_CONTENT_LENGTH`` is refused, not cut short."""
-    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    limit = current_app._get_current_object().config.get("MAX_CONTENT_LENGTH")  # type: ignore[attr-defined]
     environ = req.environ
     length = environ.get("CONTENT_LENGTH")
     if (
@@ -401,7 +401,7 @@ def order_args(allowed: Iterable[str], default: str) -> tuple[str, bool]:
 
 def tenant_id() -> str:
     """The authenticated caller's tenant (set by :mod:`api.auth`)."""
-    return g.tenant_id
+    return g._get_current_object().tenant_id  # type: ignore[attr-defined]
 
 
 def sse_frame(payload: Any) -> str:

@@ -253,7 +253,8 @@ def _setting(scope: str, agent: Any) -> str:
 def limited(scope: str, agent: Any = None) -> bool:
     """Whether ``scope`` has a limit on the current app (for ``agent``): else :func:`hit`
     does nothing, and the caller need not work out its key."""
-    return bool(current_app.extensions["agentcanvas.ratelimit"].limits_for(scope, agent))
+    limiter = current_app._get_current_object().extensions["agentcanvas.ratelimit"]  # type: ignore[attr-defined]
+    return bool(limiter.limits_for(scope, agent))
 
 
 def hit(scope: str, key: str, agent: Any = None) -> None:

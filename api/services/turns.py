@@ -90,7 +90,7 @@ _SHARED_SERVICES_ENTRIES = 1024
 
 def turn_service() -> TurnService:
     """The app's turn service (made by ``create_app``)."""
-    return current_app.extensions["agentcanvas.turns"]
+    return current_app._get_current_object().extensions["agentcanvas.turns"]  # type: ignore[attr-defined]
 
 
 @dataclass
