@@ -20,6 +20,7 @@ import functools
 import logging
 import os
 import select
+import sqlite3
 import struct
 import threading
 import weakref
@@ -1408,6 +1409,17 @@ CHECKPOINT_CONNECTIONS = 4
 #: Connections a forked child inherited from its parent's checkpoint thread (kept, never used).
 _INHERITED: list[SqliteDatabase] = []
 _CHECKPOINTER = _Checkpointer()
+
+# Python's sqlite3 binds an exact int, float or str as it is, and asks its adapters about
+# any other value: no registered adapter, it looks for ``__adapt__`` on its protocol
+# class (an AttributeError made and dropped each time) and ``__conform__`` on the value,
+# then binds the value itself. A turn binds about 7 such values a request (``None``,
+# ``bool``, ``bytes``), ~4k instructions each. Adapters that hand back what is bound
+# anyway (the same ``None`` and bytes, a bool's int) are found at once: C callables, no
+# Python frame. Registered once for the process, for these exact types only.
+sqlite3.register_adapter(type(None), {}.get)  # an empty dict's get(None) is None
+sqlite3.register_adapter(bool, int)
+sqlite3.register_adapter(bytes, bytes)  # bytes(b) is b itself
 
 
 class WalSqliteDatabase(PooledSqliteDatabase):

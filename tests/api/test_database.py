@@ -573,6 +573,35 @@ def test_a_sqlite_url_may_ask_for_each_commit_to_be_synced(tmp_path):
         init_database(f"sqlite:///{tmp_path / 'ac.db'}?journal_mode=delete")
 
 
+def test_sqlite_stores_none_booleans_and_bytes_as_null_integers_and_blobs(tmp_path):
+    """The adapters api.db registers for them (a shortcut) store what sqlite3 stores
+    without them: NULL, 1 and 0, the same bytes as a BLOB; a bytes subclass as before."""
+
+    class Raw(bytes):
+        pass
+
+    init_database(f"sqlite:///{tmp_path / 'ac.db'}")
+    try:
+        with db.connection_context():
+            db.execute_sql("CREATE TABLE kinds (v)")
+            values = [None, True, False, b"", b"\x00\xff abc", Raw(b"raw"), 7, "text"]
+            for value in values:
+                db.execute_sql("INSERT INTO kinds (v) VALUES (?)", (value,))
+            rows = db.execute_sql("SELECT v, typeof(v) FROM kinds ORDER BY rowid").fetchall()
+    finally:
+        db.obj.close_all()
+    assert rows == [
+        (None, "null"),
+        (1, "integer"),
+        (0, "integer"),
+        (b"", "blob"),
+        (b"\x00\xff abc", "blob"),
+        (b"raw", "blob"),
+        (7, "integer"),
+        ("text", "text"),
+    ]
+
+
 def _checkpointed_write(path, content: str) -> None:
     """A write transaction on the database at ``path`` that has its WAL checkpointed."""
     init_database(f"sqlite:///{path}")
