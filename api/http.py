@@ -200,7 +200,12 @@ def json_body(required: bool = True) -> dict:
 _PARSED = "agentcanvas.json_body"
 _UNPARSED = object()
 # 19 digits in a row: a number that may not fit in 64 bits (orjson reads some as floats).
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# Looked for as 19 zeros in the body with every digit made "0" and every other byte " ":
+# one translation and one substring search, in C; the regular expression [0-9]{19} tried
+# a match at every digit: ~19k instructions for a completion body of 93 or 145 bytes,
+# against ~4k (cachegrind).
+_DIGITS_AS_ZEROS = bytes(b"0"[0] if b in b"0123456789" else b" "[0] for b in range(256))
+_LONG_DIGITS = b"0" * 19
 
 
 def _parsed_fast(raw: bytes) -> Any:
@@ -209,7 +214,7 @@ def _parsed_fast(raw: bytes) -> Any:
     orjson refuses what the checked path refuses or names (``NaN``, lone surrogates,
     bad UTF-8, a BOM) and reads the rest alike; only long numbers need a look first.
     """
-    if _LONG_DIGITS.search(raw):
+    if _LONG_DIGITS in raw.translate(_DIGITS_AS_ZEROS):
         return _UNPARSED
     try:
         return orjson.loads(raw)

@@ -74,3 +74,20 @@ def test_a_completion_body_is_checked_whatever_its_content_type_spells(api: Api)
             headers={"Content-Type": content_type},
         )
         assert resp.status_code == 400 and resp.json["message"] == "'question' must be text, got a number"
+
+
+def test_a_whole_number_of_19_digits_or_more_is_read_only_within_64_bits(api: Api):
+    """A body's numbers past 64 bits are refused naming the field, at 19 digits as at 30
+    (orjson alone would read 2**63 and more); 19 digits within range, and digits that are
+    not one number (a session id, text), are read as sent."""
+    agent_id = api.create_agent(echo_dsl())
+    for number in (2**63, 2**64, -(2**63) - 1, 10**29):
+        resp = api.post(f"/agents/{agent_id}/completions", json={"question": "x", "user_id": number})
+        assert resp.status_code == 400, number
+        assert resp.json["message"] == "'user_id' is out of range: whole numbers must fit in 64 bits"
+    for number in (2**63 - 1, -(2**63), 10**18):
+        resp = api.post(f"/agents/{agent_id}/completions", json={"question": "x", "user_id": number})
+        assert resp.json["message"] == "'user_id' must be text, got a number", number
+    digits = "1234567890123456789012"
+    resp = api.post(f"/agents/{agent_id}/completions", json={"question": digits, "stream": False})
+    assert resp.status_code == 200 and digits in resp.get_data(as_text=True)
