@@ -12,7 +12,11 @@ which ran moments apart.
 
 SQLite subjects run in WAL mode with the same ``synchronous`` setting, reported as two
 row groups: ``NORMAL`` (our default) and ``FULL`` (SQLite's default, an fsync per
-commit, which LangGraph's checkpointer gets unless told otherwise):
+commit, which LangGraph's checkpointer gets unless told otherwise; ours gets it as a user
+would, ``?synchronous=full`` on its database URL). Interleaved, ours' background checkpoint
+runs while the other subjects play, so its WAL starts over as on an idle server; a server
+under steady writes relies on the checkpoint being finished under the write lock instead
+(api.db.database._Checkpointer):
 
 * **ours**: the turn service (read, canvas, one commit per request: the intake form's
   components are all side-effect-free, so no lease is taken), HTTP excluded
