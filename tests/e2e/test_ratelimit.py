@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 
 from tests.e2e.conftest import Client
 
@@ -28,12 +29,20 @@ def test_two_workers_share_one_count(deployment, storage):
         lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
         return {line["pid"] for line in lines if line["logger"] == "gunicorn.access"}
 
-    # New connections each time; go on until both workers have answered some requests
-    # (with a count per worker, up to twice the limit would pass).
+    # Requests on one kept-alive connection (one worker) take turns with requests on new
+    # connections, which the server gives to the worker holding fewer connections
+    # (api/connection_balance.py): the other one. Go on until both workers have answered
+    # some (with a count per worker, up to twice the limit would pass).
+    kept = requests.Session()
+    kept.headers["Authorization"] = f"Bearer {token}"
     statuses = []
     while len(statuses) < 2 * LIMIT or len(serving_workers()) < 2:
         assert len(statuses) < 200, "one worker answered every request"
-        statuses.append(client.get("/agents").status_code)
+        if len(statuses) % 2:
+            statuses.append(client.get("/agents").status_code)
+        else:
+            statuses.append(kept.get(f"{server.url}/api/v1/agents", timeout=30).status_code)
+    kept.close()
     assert statuses[:LIMIT] == [200] * LIMIT and set(statuses[LIMIT:]) == {429}, statuses
     refused = client.get("/agents")
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
