@@ -276,14 +276,17 @@ def deployment(database_url, tmp_path) -> Iterator[Deployment]:
 class Client:
     """Plain HTTP against one server, as one tenant (a token)."""
 
-    def __init__(self, base_url: str, token: str):
+    def __init__(self, base_url: str, token: str, keep_alive: bool = False):
+        """``keep_alive``: every request on one kept-alive connection (so to one worker of
+        the server); otherwise each on a new connection."""
         self.base_url = base_url
         self.token = token
+        self._http = requests.Session() if keep_alive else requests
 
     def call(self, method: str, path: str, **kw: Any) -> requests.Response:
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         kw.setdefault("timeout", HTTP_TIMEOUT)
-        return requests.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kw)
+        return self._http.request(method, f"{self.base_url}/api/v1{path}", headers=headers, **kw)
 
     def get(self, path: str, **kw: Any) -> requests.Response:
         return self.call("GET", path, **kw)

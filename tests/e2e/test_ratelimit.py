@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import requests
 
 from tests.e2e.conftest import Client
 
@@ -33,16 +32,11 @@ def test_two_workers_share_one_count(deployment, storage):
     # connections, which the server gives to the worker holding fewer connections
     # (api/connection_balance.py): the other one. Go on until both workers have answered
     # some (with a count per worker, up to twice the limit would pass).
-    kept = requests.Session()
-    kept.headers["Authorization"] = f"Bearer {token}"
+    kept = Client(server.url, token, keep_alive=True)
     statuses = []
     while len(statuses) < 2 * LIMIT or len(serving_workers()) < 2:
         assert len(statuses) < 200, "one worker answered every request"
-        if len(statuses) % 2:
-            statuses.append(client.get("/agents").status_code)
-        else:
-            statuses.append(kept.get(f"{server.url}/api/v1/agents", timeout=30).status_code)
-    kept.close()
+        statuses.append((client if len(statuses) % 2 else kept).get("/agents").status_code)
     assert statuses[:LIMIT] == [200] * LIMIT and set(statuses[LIMIT:]) == {429}, statuses
     refused = client.get("/agents")
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1

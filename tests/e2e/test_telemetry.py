@@ -48,11 +48,14 @@ def test_metrics_add_up_across_two_workers_and_logs_are_json_without_tokens(depl
     def turn_lines() -> list[dict]:
         return [line for line in json_lines(server.log()) if line["message"].startswith("turn ")]
 
-    # Turns until both workers have served some (each worker logs the turns it ran).
+    # Turns until both workers have served some (each worker logs the turns it ran): turns
+    # on one kept-alive connection (one worker) take turns with turns on new connections,
+    # which the server gives to the worker holding fewer connections: the other one.
+    kept = Client(server.url, token, keep_alive=True)
     turns = 0
     while len({line["pid"] for line in turn_lines()}) < 2:
         assert turns < 200, "one worker served every turn"
-        reply = client.ask(agent_id, None, f"question {turns}")
+        reply = (client if turns % 2 else kept).ask(agent_id, None, f"question {turns}")
         assert reply.status_code == 200, reply.text
         turns += 1
     until(lambda: len(turn_lines()) == turns, "every turn's log line")
