@@ -766,9 +766,12 @@ def test_a_mysql_literal_escaped_so_reads_back_as_the_text(mysql_url, text: str)
         conn.close()
 
 
+# Texts that can be stored: a lone UTF-16 surrogate is refused where text comes in
+# (api.http.json_body) and cannot be sent as UTF-8, by us or by pymysql.
+_STORABLE = st.text(alphabet=_SPECIAL | st.characters(exclude_categories=("Cs",)), max_size=40)
 _BOUND = st.one_of(
-    _ESCAPABLE,
-    st.builds(lambda t, n: t * n, _ESCAPABLE, st.integers(1, 40)),  # longer texts (a snapshot's)
+    _STORABLE,
+    st.builds(lambda t, n: t * n, _STORABLE, st.integers(1, 40)),  # longer texts (a snapshot's)
     st.integers(-(2**63), 2**64 - 1),
     st.booleans(),
     st.none(),
