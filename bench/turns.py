@@ -3,7 +3,8 @@
 One "turn" of the intake sample is what a client does for a form: a completion that
 pauses at the form, then one that resumes it with the answers (two requests, two
 committed snapshots). Every subject plays the same conversation, **interleaved turn
-by turn** (subject A's turn 57, then B's, then C's..., in a rotating order), and is
+by turn** (subject A's turn 57, then B's, then C's..., in a rotating order; or, with
+``--block N``, by blocks of N turns: A's turns 57-63, then B's...), and is
 timed over a window of turns starting at turns 10, 100 and 1,000, in wall time and in
 this process's CPU time (all its threads; a machine busy with other work disturbs it
 less). Figures are the median over the window with its spread (25th–75th percentile);
@@ -31,7 +32,13 @@ under steady writes relies on the checkpoint being finished under the write lock
 With MariaDB and PostgreSQL reachable, ours and the floors also run on each (durability
 is the server's, the same for all subjects of a group).
 
-    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--no-mysql] [--no-postgres]
+Turn by turn, every turn of a subject starts with the caches as the other subjects left
+them (LangGraph's turn touches several MB): the lighter a subject's turn, the larger
+the share of its time spent refilling them. A server process runs one engine's turns
+one after another, which blocks of turns come closer to; ``--block 1,7`` runs both
+(fresh subjects for each) and prints both, so the effect is shown, not chosen.
+
+    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--block 1,7] [--no-mysql] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -156,10 +163,13 @@ CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
 def play(
-    subjects: dict[str, object], points: list[int], window: int
+    subjects: dict[str, object], points: list[int], window: int, block: int = 1
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
-    """Every subject plays the conversation, interleaved turn by turn; the timed windows.
+    """Every subject plays the conversation, interleaved; the timed windows.
 
+    Interleaved by blocks of ``block`` turns: subject A plays turns 1..block, then B plays
+    the same turns, then C..., then A plays the next block, the order rotating from block
+    to block so that no subject always goes first. ``block=1`` is turn by turn.
     Each timed turn is measured twice: wall time, and this process's CPU time (every
     thread's: LangGraph runs its nodes in a pool), which a busy machine disturbs less.
     Returns ``{clock: {subject: {point: [seconds per turn]}}}``.
@@ -168,16 +178,17 @@ def play(
     times = {clock: {n: {p: [] for p in points} for n in names} for clock in CLOCKS}
     windows = {i: p for p in points for i in range(p, p + window)}
     last = max(points) + window - 1
-    for i in range(1, last + 1):
-        shift = i % len(names)
+    for first in range(1, last + 1, block):
+        shift = (first // block) % len(names)
         for name in names[shift:] + names[:shift]:  # a rotating order: no subject always first
-            wall, cpu = time.perf_counter(), time.process_time()
-            subjects[name].turn(i)
-            if i in windows:
-                times["wall"][name][windows[i]].append(time.perf_counter() - wall)
-                times["CPU"][name][windows[i]].append(time.process_time() - cpu)
-        if i % 100 == 0:
-            print(f"  turn {i}/{last}", file=sys.stderr)
+            for i in range(first, min(first + block, last + 1)):
+                wall, cpu = time.perf_counter(), time.process_time()
+                subjects[name].turn(i)
+                if i in windows:
+                    times["wall"][name][windows[i]].append(time.perf_counter() - wall)
+                    times["CPU"][name][windows[i]].append(time.process_time() - cpu)
+        if first // 100 != (first + block) // 100:
+            print(f"  turn {first + block - 1}/{last}", file=sys.stderr)
     return times
 
 
@@ -255,6 +266,11 @@ def main() -> int:
     parser.add_argument("--no-mysql", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--durability", default="normal,full", help="SQLite synchronous settings to run")
+    parser.add_argument(
+        "--block",
+        default="1",
+        help="turns a subject plays before the next takes over (comma-separated: one run each)",
+    )
     parser.add_argument("--uncached", action="store_true", help="also run ours with the canvas cache off")
     args = parser.parse_args()
     points = [int(p) for p in args.points.split(",")]
@@ -267,27 +283,33 @@ def main() -> int:
         langgraph = False
         print("LangGraph not installed: pip install -e '.[bench]' to compare", file=sys.stderr)
 
-    groups: list[tuple[str, dict[str, object]]] = []
     cleanups: list = []
-    try:
+
+    def make_groups(block: int) -> list[tuple[str, dict[str, object]]]:
+        """Fresh subjects on fresh databases for a run interleaved by blocks of ``block``."""
+        how = "turn by turn" if block == 1 else f"by blocks of {block} turns"
+        tag = f"b{block}"
+        groups: list[tuple[str, dict[str, object]]] = []
         for sync in args.durability.split(","):
             subjects: dict[str, object] = {
-                "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}.db?synchronous={sync}"),
+                "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}-{tag}.db?synchronous={sync}"),
                 **(
                     {
                         "ours sqlite, uncached": Ours(
-                            f"sqlite:///{tmp}/ours-nc-{sync}.db?synchronous={sync}", cache=False
+                            f"sqlite:///{tmp}/ours-nc-{sync}-{tag}.db?synchronous={sync}", cache=False
                         )
                     }
                     if args.uncached
                     else {}
                 ),
-                "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{sync}.db", False, sync),
-                "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{sync}.db", True, sync),
+                "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{sync}-{tag}.db", False, sync),
+                "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{sync}-{tag}.db", True, sync),
             }
             if langgraph:
-                subjects["LangGraph + SqliteSaver"] = LangGraphSqlite(f"{tmp}/langgraph-{sync}.db", sync)
-            groups.append((f"SQLite WAL, synchronous={sync.upper()}", subjects))
+                subjects["LangGraph + SqliteSaver"] = LangGraphSqlite(
+                    f"{tmp}/langgraph-{sync}-{tag}.db", sync
+                )
+            groups.append((f"SQLite WAL, synchronous={sync.upper()}, interleaved {how}", subjects))
         if not args.no_mysql:
             urls = []
             for _ in range(4 if args.uncached else 3):
@@ -296,7 +318,7 @@ def main() -> int:
                 urls.append(url)
             groups.append(
                 (
-                    "MariaDB (server durability, the same for all)",
+                    f"MariaDB (server durability, the same for all), interleaved {how}",
                     {
                         "ours mariadb": Ours(urls[0]),
                         **({"ours mariadb, uncached": Ours(urls[3], cache=False)} if args.uncached else {}),
@@ -313,7 +335,7 @@ def main() -> int:
                 urls.append(url)
             groups.append(
                 (
-                    "PostgreSQL (server durability, the same for all)",
+                    f"PostgreSQL (server durability, the same for all), interleaved {how}",
                     {
                         "ours postgres": Ours(urls[0]),
                         "floor postgres, 1 commit": Floor(urls[1], False),
@@ -321,12 +343,16 @@ def main() -> int:
                     },
                 )
             )
+        return groups
+
+    try:
         results = []
-        for group, subjects in groups:
-            print(f"  playing {group}", file=sys.stderr)
-            results.append((group, play(subjects, points, args.window)))
-            for subject in subjects.values():
-                subject.close()
+        for block in [int(b) for b in args.block.split(",")]:
+            for group, subjects in make_groups(block):
+                print(f"  playing {group}", file=sys.stderr)
+                results.append((group, play(subjects, points, args.window, block)))
+                for subject in subjects.values():
+                    subject.close()
         for group, times in results:
             for clock, by_clock in times.items():
                 report(group, by_clock, points, clock)
