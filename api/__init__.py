@@ -21,10 +21,11 @@ from werkzeug.routing.matcher import StateMachineMatcher
 from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
+from api.blueprints.completions import BlockingCompletions
 from api.db import db as db_proxy  # not ``db``: that name would hide the api.db package
 from api.db import init_database
 from api.errors import TooLarge, headers_for, reply_for
-from api.http import JsonReplies
+from api.http import JsonReplies, wsgi_text
 from api.openapi import spec
 from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
@@ -92,12 +93,6 @@ class _RouteMemory(StateMachineMatcher):
         return rule, values
 
 
-def _wsgi_text(value: str) -> str:
-    """A WSGI environ string (bytes carried as latin-1, PEP 3333) as the text it encodes in
-    UTF-8, undecodable bytes replaced: how Werkzeug reads a request's path and query."""
-    return value.encode("latin1").decode(errors="replace")
-
-
 class _Routes(Map):
     """The app's URL map, matched through :class:`_RouteMemory`, bound to a request
     through :meth:`bind_to_environ`."""
@@ -156,9 +151,9 @@ class _Routes(Map):
             origin[1],
             origin[2],
             origin[3],
-            "/" if path_info is None else _wsgi_text(path_info),
+            "/" if path_info is None else wsgi_text(path_info),
             environ["REQUEST_METHOD"],
-            None if query_args is None else _wsgi_text(query_args),
+            None if query_args is None else wsgi_text(query_args),
         )
 
 
@@ -229,7 +224,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     register_all(app)
     spec.register(app)  # /api/v1/openapi.json, from the routes' declared schemas
-    app.wsgi_app = _TokensOutOfLogs(app.wsgi_app)
+    app.wsgi_app = BlockingCompletions(app, _TokensOutOfLogs(app.wsgi_app))
     return app
 
 

@@ -13,12 +13,16 @@ from api.errors import AuthError
 from api.services.tokens import hash_token, tenant_for_token
 
 
-def bearer_token() -> str | None:
+def bearer_token(environ: dict | None = None) -> str | None:
+    """The token of the request's ``Authorization`` header (the current request's, or the
+    one ``environ`` describes)."""
     # Read from the WSGI environ, as request.headers would (without building that view).
     # Flask's globals are read through their objects here and on the rest of a request's
     # path (_get_current_object()): an attribute read through a werkzeug proxy is a failed
     # look-up first, an AttributeError made and dropped, about 7k instructions each.
-    header = request._get_current_object().environ.get("HTTP_AUTHORIZATION", "").strip()  # type: ignore[attr-defined]
+    if environ is None:
+        environ = request._get_current_object().environ  # type: ignore[attr-defined]
+    header = environ.get("HTTP_AUTHORIZATION", "").strip()
     if not header:
         return None
     parts = header.split()
@@ -29,10 +33,10 @@ def bearer_token() -> str | None:
     return None
 
 
-def require_api_token() -> None:
-    """``before_request`` hook: refuse the request unless it carries a valid API token
-    (and the token is within ``AGENTCANVAS_RATE_LIMIT_API``)."""
-    token = bearer_token()
+def authenticate(environ: dict) -> str:
+    """The tenant of the request ``environ`` describes, whose API token must be valid (and
+    within ``AGENTCANVAS_RATE_LIMIT_API``: the request counts against it)."""
+    token = bearer_token(environ)
     if not token:
         raise AuthError(
             "missing API token: send 'Authorization: Bearer <token>' "
@@ -41,6 +45,13 @@ def require_api_token() -> None:
     tenant = tenant_for_token(token, "api")
     if tenant is None:
         raise AuthError("the API token is not valid (revoked, mistyped, or an embed token)")
-    g._get_current_object().tenant_id = tenant  # type: ignore[attr-defined]
     if ratelimit.limited("api"):
         ratelimit.hit("api", hash_token(token)[:32])
+    return tenant
+
+
+def require_api_token() -> None:
+    """``before_request`` hook: refuse the request unless it carries a valid API token
+    (see :func:`authenticate`); the tenant goes to ``flask.g.tenant_id``."""
+    tenant = authenticate(request._get_current_object().environ)  # type: ignore[attr-defined]
+    g._get_current_object().tenant_id = tenant  # type: ignore[attr-defined]

@@ -178,6 +178,15 @@ def json_body(required: bool = True) -> dict:
     if parsed is not None:  # parsed once per request (the schema check reads it first)
         return parsed
     raw = _body_bytes(req)
+    body = parse_json_object(raw, required)
+    if raw.strip():  # an absent body is not kept: the view may require one
+        environ[_PARSED] = body
+    return body
+
+
+def parse_json_object(raw: bytes, required: bool = True) -> dict:
+    """The JSON object a request body ``raw`` holds, checked as :func:`json_body` says
+    (``{}`` for an empty body unless ``required``)."""
     if not raw.strip():
         if required:
             raise ArgumentError("the request needs a JSON object body (Content-Type: application/json)")
@@ -193,7 +202,6 @@ def json_body(required: bool = True) -> dict:
         problem = _bad_value_message(body)
         if problem:
             raise ArgumentError(problem)
-    environ[_PARSED] = body
     return body
 
 
@@ -297,6 +305,12 @@ def _bad_value_message(value: Any, path: str = "") -> str | None:
             if problem:
                 return problem
     return None
+
+
+def wsgi_text(value: str) -> str:
+    """A WSGI environ string (bytes carried as latin-1, PEP 3333) as the text it encodes in
+    UTF-8, undecodable bytes replaced: how Werkzeug reads a request's path and query."""
+    return value.encode("latin1").decode(errors="replace")
 
 
 def json_type(value: Any) -> str:

@@ -89,7 +89,7 @@ class _Plugin(FlaskPlugin):
                 # valid without building the model (views read json_body(), never the
                 # model); anything else, valid or not, goes through pydantic as before.
                 plain = plain_fields(json)
-                if plain is None or not _fits(plain, body):
+                if plain is None or not fits(plain, body):
                     request.context = Context(
                         None, self.model_adapter.validate_obj(json, body), None, None, None
                     )
@@ -189,7 +189,8 @@ def plain_fields(model: type[BaseModel]) -> tuple[dict[str, frozenset], tuple[st
     return kinds_of, tuple(required)
 
 
-def _fits(fields: tuple[dict[str, frozenset], tuple[str, ...]], body: dict) -> bool:
+def fits(fields: tuple[dict[str, frozenset], tuple[str, ...]], body: dict) -> bool:
+    """Whether ``body`` is valid as it is for the model whose :func:`plain_fields` are ``fields``."""
     # By the body's keys (a request sends a few of the declared ones), then the required.
     kinds_of, required = fields
     for key, value in body.items():

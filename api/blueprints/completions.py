@@ -14,19 +14,33 @@ routes (embed, OpenAI-compatible).
 
 from __future__ import annotations
 
+import io
+import logging
+import re
 from collections.abc import Iterator
+from typing import Any
 
-from flask import Blueprint, Response, jsonify
+from flask import Blueprint, Flask, Response, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import Field
+from werkzeug.exceptions import HTTPException
 
-from api.auth import require_api_token
+from api.auth import authenticate, require_api_token
 from api.blueprints.openai_compat import openai_reply
-from api.errors import ArgumentError, envelope, retry_headers, turn_failure_status
-from api.http import field, flag, json_body, ok, sse_frame, sse_response, tenant_id
-from api.openapi import Body, spec
+from api.errors import (
+    SUCCESS,
+    ArgumentError,
+    envelope,
+    headers_for,
+    reply_for,
+    retry_headers,
+    turn_failure_status,
+)
+from api.http import field, flag, json_body, parse_json_object, sse_frame, sse_response, tenant_id, wsgi_text
+from api.openapi import Body, fits, plain_fields, spec
 from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
 
+log = logging.getLogger(__name__)
 bp = Blueprint("completions", __name__, url_prefix="/api/v1")
 bp.before_request(require_api_token)
 
@@ -101,15 +115,22 @@ def sse_reply(turn: Turn, return_trace: bool = False, sdk_text: bool = False) ->
     return sse_response(frames())
 
 
-def blocking_reply(turn: Turn) -> tuple[Response, int]:
-    """Wait for the committed end of the turn; ``data`` is its ending event."""
+def blocking_result(turn: Turn) -> tuple[dict, int, dict[str, str]]:
+    """Wait for the committed end of the turn: the reply's envelope (``data`` is the
+    turn's ending event), HTTP status and extra headers."""
     result = turn.wait()
     event = blocking_event(result, turn.session_id)
     if result.status in ("succeeded", "paused"):
-        return ok(event), 200
+        return envelope(SUCCESS, "success", event), 200, {}
     code, status = turn_failure_status(result.status, result.error_type)
-    reply = jsonify(envelope(code, result.error or "the turn failed", event))
-    reply.headers.update(retry_headers(status))
+    return envelope(code, result.error or "the turn failed", event), status, retry_headers(status)
+
+
+def blocking_reply(turn: Turn) -> tuple[Response, int]:
+    """:func:`blocking_result` as Flask's reply."""
+    body, status, headers = blocking_result(turn)
+    reply = jsonify(body)
+    reply.headers.update(headers)
     return reply, status
 
 
@@ -129,13 +150,16 @@ def custom_header(body: dict) -> dict[str, str] | None:
     return headers
 
 
-def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:
-    """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)."""
+def turn_request(
+    agent_id: str, body: dict, invoke_from: str = "api", tenant: str | None = None
+) -> TurnRequest:
+    """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)
+    of ``tenant`` (by default the authenticated caller's)."""
     headers = custom_header(body)
     # RAGFlow's SDK sends "question"; its HTTP docs say "query".
     query = field(body, "question" if body.get("question") is not None else "query", str, default="")
     return TurnRequest(
-        tenant_id=tenant_id(),
+        tenant_id=tenant or tenant_id(),
         agent_id=agent_id,
         session_id=field(body, "session_id", str),
         query=query,
@@ -208,3 +232,134 @@ def chat_completions() -> ResponseReturnValue:
     if flag(body.get("openai-compatible"), "openai-compatible"):
         return openai_reply(agent_id, body)
     return _complete(agent_id, body)
+
+
+class BlockingCompletions:
+    """``POST /api/v1/agents/<agent_id>/completions`` with ``"stream": false``, answered in
+    front of Flask: the WSGI app :func:`api.create_app` serves (``app.wsgi_app``).
+
+    A blocking completion is the API's busiest request, and Flask's part of it (the
+    request context pushed and popped, the route matched, the view's hooks and schema
+    check dispatched) was about a quarter of its CPU time: ~55 of 230 µs in process, 60 µs
+    over HTTP (bench/http.py's intake turn). Here it runs the same steps as the view, in
+    the same order and through the same functions: :func:`~api.auth.authenticate` (the
+    token, then the rate limit), :func:`turn_request`, the turn service, and
+    :func:`blocking_result`, under an app context (which gives the database connection
+    back at its end); its reply is the one Flask would make (``app.json``), an error's
+    too (:func:`~api.errors.reply_for`, as the app's error handler).
+
+    It stands aside (every request goes to Flask) unless, at its first request, Flask
+    would run nothing more for the route than it does: the route's view, and of hooks only
+    the blueprint's token check (:meth:`_flask_adds_nothing`). It takes only requests it
+    reads exactly as Flask would: a JSON body of a given
+    length within ``MAX_CONTENT_LENGTH`` that parses (:func:`~api.http.parse_json_object`),
+    that the route's schema accepts as it is (:func:`~api.openapi.plain_fields`) and whose
+    ``stream`` and ``return_trace`` are plain flags. Everything else (a stream, a chunked
+    or bad body, another route or method) goes to Flask untouched, its body handed on as
+    read, before anything that counts (the token's rate limit) has happened.
+    """
+
+    _PATH = re.compile(r"/api/v1/agents/([^/]+)/completions")
+
+    def __init__(self, app: Flask, wsgi_app: Any):
+        self.app = app
+        self.wsgi_app = wsgi_app
+        self._fields = plain_fields(CompletionBody)
+        self._on: bool | None = None  # known at the first request
+        # Routes of that shape without a variable part (/agents/chat/completions) win
+        # in Flask's matching: they stay Flask's.
+        self._other_routes = frozenset(
+            rule.rule
+            for rule in app.url_map.iter_rules()
+            if not rule.arguments and self._PATH.fullmatch(rule.rule)
+        )
+
+    def __call__(self, environ: dict, start_response: Any) -> Any:
+        if self._on is None:
+            self._on = self._flask_adds_nothing()
+        taken = self._take(environ) if self._on else None
+        if taken is None:
+            return self.wsgi_app(environ, start_response)
+        agent_id, body, return_trace = taken
+        app = self.app
+        with app.app_context():
+            try:
+                req = turn_request(agent_id, body, tenant=authenticate(environ))
+                req.trace = return_trace
+                payload, status, headers = blocking_result(turn_service().start(req, inline=True))
+            except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
+                payload, status = reply_for(exc)
+                headers = headers_for(exc)
+            reply = app.json.response(payload)
+        reply.status_code = status
+        if headers:
+            reply.headers.update(headers)
+        return reply(environ, start_response)
+
+    def _flask_adds_nothing(self) -> bool:
+        """Whether Flask would run, for the route, only what :meth:`__call__` runs too (then
+        marks the app as serving, as Flask does at its first request: hooks can no longer
+        be added); logs why not otherwise."""
+        app = self.app
+        adapter = app.url_map.bind("localhost")
+        try:
+            endpoint, _ = adapter.match("/api/v1/agents/x/completions", method="POST")
+        except HTTPException:
+            endpoint = None
+        hooks = {
+            "before_request": app.before_request_funcs,
+            "after_request": app.after_request_funcs,
+            "teardown_request": app.teardown_request_funcs,
+            "url_value_preprocessor": app.url_value_preprocessors,
+        }
+        extra = [
+            name
+            for name, funcs in hooks.items()
+            for scope in (None, "completions")
+            for func in funcs.get(scope, ())
+            if not (name == "before_request" and scope == "completions" and func is require_api_token)
+        ]
+        if endpoint != "completions.agent_completions" or extra or self._fields is None:
+            log.warning(
+                "blocking completions go through Flask: %s",
+                f"hooks {extra}" if extra else f"the route is {endpoint!r}" if self._fields else "schema",
+            )
+            return False
+        app._got_first_request = True  # noqa: SLF001 - Flask's own flag for it
+        return True
+
+    def _take(self, environ: dict) -> tuple[str, dict, bool] | None:
+        """``(agent id, body, return_trace)`` of a request this answers; else ``None``,
+        the body (if read) put back for Flask."""
+        if environ.get("REQUEST_METHOD") != "POST" or environ.get("CONTENT_TYPE") != "application/json":
+            return None
+        match = self._PATH.fullmatch(environ.get("PATH_INFO") or "")
+        length = environ.get("CONTENT_LENGTH")
+        if (
+            match is None
+            or match.group(0) in self._other_routes
+            or not length
+            or not length.isdigit()
+            or not length.isascii()
+            or "HTTP_TRANSFER_ENCODING" in environ
+        ):
+            return None
+        size = int(length)
+        limit = self.app.config.get("MAX_CONTENT_LENGTH")
+        if limit is not None and size > limit:
+            return None
+        raw = environ["wsgi.input"].read(size) if size else b""
+        try:
+            body = parse_json_object(raw) if len(raw) == size else None
+            blocking = (
+                body is not None
+                and fits(self._fields, body)
+                and not flag(body.get("stream"), "stream", default=True)
+            )
+            return_trace = blocking and flag(body.get("return_trace"), "return_trace")
+        except ArgumentError:  # Flask's view says so
+            blocking = False
+        if not blocking:
+            environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came
+            return None
+        return wsgi_text(match.group(1)), body, return_trace

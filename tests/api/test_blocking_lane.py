@@ -1,0 +1,191 @@
+"""Blocking completions answered in front of Flask (api.blueprints.completions.BlockingCompletions).
+
+Every request here goes once through the app as served (the lane in front) and once
+straight to Flask's view (the lane's inner WSGI app), each on sessions of its own: the
+replies must be the same, status, headers and body (ids and times aside). Which of the
+two answered is seen by counting the calls of Flask's view.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from werkzeug.test import Client
+from werkzeug.wrappers import Response
+
+from api.db import Session
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, parse_sse, sample
+
+_VARYING = {
+    "id",
+    "message_id",
+    "task_id",
+    "session_id",
+    "created_at",
+    "create_time",
+    "update_time",
+    "elapsed_time",
+}
+_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _steady(value):
+    """``value`` with the ids and times a reply makes anew each time blanked."""
+    if isinstance(value, dict):
+        return {k: "…" if k in _VARYING else _steady(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    if isinstance(value, str):
+        return _ID.sub("…", value)  # a session named in a message
+    return value
+
+
+class FlaskOnly(Api):
+    """An :class:`Api` whose requests skip the lane: they reach Flask as before it."""
+
+    def __init__(self, app, token: str):
+        super().__init__(app, token)
+        self.client = Client(app.wsgi_app.wsgi_app, Response)
+
+
+def _reply(resp) -> tuple:
+    text = resp.get_data(as_text=True)
+    if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
+        body = _steady(parse_sse(text))
+    else:
+        body = _steady(json.loads(text))
+    return resp.status_code, {h: resp.headers.get(h) for h in _HEADERS}, body
+
+
+def _counting_view(app) -> list:
+    """Count the calls of Flask's completion view (the lane never calls it)."""
+    calls: list = []
+    view = app.view_functions["completions.agent_completions"]
+
+    def counted(**kwargs):
+        calls.append(kwargs)
+        return view(**kwargs)
+
+    app.view_functions["completions.agent_completions"] = counted
+    return calls
+
+
+def _both(app, token: str, scenario) -> list:
+    """``scenario(api)``'s replies through the lane and through Flask alone: the same."""
+    replies = [[_reply(r) for r in scenario(cls(app, token))] for cls in (Api, FlaskOnly)]
+    assert replies[0] == replies[1]
+    return replies[0]
+
+
+def test_a_form_turn_through_the_lane_is_answered_as_by_flask(app):
+    calls = _counting_view(app)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(sample("intake_form"))
+    answers = {"name": "Ann", "age": 41, "plan": "pro", "notes": "n"}
+
+    def form_turn(api: Api):
+        session_id = api.create_session(agent_id)
+        return [api.ask(agent_id, session_id, "sign me up"), api.ask(agent_id, session_id, inputs=answers)]
+
+    paused, finished = _both(app, token, form_turn)
+    assert paused[0] == 200 and paused[2]["data"]["event"] == "user_inputs"
+    assert finished[0] == 200 and finished[2]["data"]["data"]["content"].startswith("Thanks Ann!")
+    assert len(calls) == 2  # Flask's view answered FlaskOnly's two; the lane, the app's
+
+
+def test_errors_the_lane_meets_are_answered_as_by_flask(app):
+    calls = _counting_view(app)
+    token = make_token(app)
+    echo = Api(app, token).create_agent(echo_dsl())
+    failing = Api(app, token).create_agent(
+        dsl_of({"TestFail:Call": ("TestFail", {"error": "LLMTimeout"}, [])})
+    )
+
+    def errors(api: Api):
+        session_id = api.create_session(echo)
+        busy_id = api.create_session(echo)
+        blocking = {"session_id": session_id, "question": "hi", "stream": False}
+        with app.app_context():
+            Session.update(lease_owner="someone", lease_expires=2**62).where(Session.id == busy_id).execute()
+        return [
+            api.ask(echo, "no-such-session", "hi"),
+            api.ask("no-such-agent", None, "hi"),
+            api.ask(echo, session_id, inputs={"x": 1}),  # no form is waiting
+            api.ask(echo, session_id, "hi", user_id="u" * 256),
+            api.ask(echo, session_id, "hi", custom_header={"X-A": 1}),
+            api.ask(echo, busy_id, "hi"),
+            api.ask(failing, api.create_session(failing), "go"),
+            api.ask(echo, None, "a new session"),
+            *(
+                api.post(f"/agents/{echo}/completions", json=blocking, headers={"Authorization": value})
+                for value in ("Bearer wrong", "")
+            ),
+        ]
+
+    replies = _both(app, token, errors)
+    assert [r[0] for r in replies] == [404, 404, 400, 400, 400, 409, 504, 200, 401, 401]
+    assert "busy" in replies[5][2]["message"] and replies[6][2]["code"] == 100
+    # Flask's view ran for FlaskOnly's requests but the two its token check refused; the
+    # lane answered all of the app's.
+    assert len(calls) == 8
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", json={"session_id": s, "question": "hi"}),
+                     id="stream-by-default"),
+        pytest.param(lambda api, a, s: api.ask(a, s, "hi", stream=True), id="stream-true"),
+        pytest.param(lambda api, a, s: api.ask(a, s, 5), id="question-not-text"),
+        pytest.param(lambda api, a, s: api.ask(a, s, "hi", stream="maybe"), id="stream-not-a-flag"),
+        pytest.param(lambda api, a, s: api.ask(a, s, "hi", return_trace="maybe"), id="trace-not-a-flag"),
+        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", data="{", content_type="application/json"),
+                     id="not-json"),
+        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", data="[]", content_type="application/json"),
+                     id="not-an-object"),
+        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", data=json.dumps(
+            {"session_id": s, "question": "hi", "stream": False}), content_type="text/plain"), id="text-plain"),
+        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", data=json.dumps(
+            {"session_id": s, "question": "x" * 3000, "stream": False}), content_type="application/json"),
+            id="too-large"),
+    ],
+)  # fmt: skip
+def test_what_the_lane_does_not_take_reaches_flask(app_factory, send):
+    app = app_factory(MAX_CONTENT_LENGTH=2048)
+    calls = _counting_view(app)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(echo_dsl())
+    (reply,) = _both(app, token, lambda api: [send(api, agent_id, api.create_session(agent_id))])
+    assert reply[0] in (200, 400, 413)
+    assert len(calls) == 2  # Flask's view answered both: the lane stood aside
+
+
+def test_the_token_rate_limit_counts_a_lane_request_once(app_factory):
+    app = app_factory(SETTINGS={"rate": {"limit_api": "4/minute"}})
+    token = make_token(app)
+    api = Api(app, token)
+    agent_id = api.create_agent(echo_dsl())  # 1
+    session_id = api.create_session(agent_id)  # 2
+    assert api.ask(agent_id, session_id, "hi").status_code == 200  # 3, through the lane
+    assert api.ask(agent_id, session_id, "hi").status_code == 200  # 4
+    refused = api.ask(agent_id, session_id, "hi")
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert "AGENTCANVAS_RATE_LIMIT_API" in refused.json["message"]
+    assert (
+        api.post(f"/agents/{agent_id}/completions", data="{", content_type="application/json").status_code
+        == 429
+    )
+
+
+def test_the_lane_stands_aside_when_flask_would_run_more(app):
+    seen = []
+    app.before_request(lambda: seen.append("hook"))
+    calls = _counting_view(app)
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(echo_dsl())
+    resp = api.ask(agent_id, api.create_session(agent_id), "hi")
+    assert resp.status_code == 200 and resp.json["data"]["data"]["content"] == "echo: hi"
+    assert len(calls) == 1 and seen.count("hook") == 3  # Flask answered all three, hooks run
