@@ -21,7 +21,7 @@ from werkzeug.routing.matcher import StateMachineMatcher
 from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
-from api.blueprints.completions import BlockingCompletions
+from api.blueprints.completions import CompletionLane
 from api.db import db as db_proxy  # not ``db``: that name would hide the api.db package
 from api.db import init_database
 from api.errors import TooLarge, headers_for, reply_for
@@ -224,7 +224,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     register_all(app)
     spec.register(app)  # /api/v1/openapi.json, from the routes' declared schemas
-    app.wsgi_app = BlockingCompletions(app, _TokensOutOfLogs(app.wsgi_app))
+    app.wsgi_app = CompletionLane(app, _TokensOutOfLogs(app.wsgi_app))
     return app
 
 

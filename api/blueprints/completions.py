@@ -234,29 +234,30 @@ def chat_completions() -> ResponseReturnValue:
     return _complete(agent_id, body)
 
 
-class BlockingCompletions:
-    """``POST /api/v1/agents/<agent_id>/completions`` with ``"stream": false``, answered in
-    front of Flask: the WSGI app :func:`api.create_app` serves (``app.wsgi_app``).
+class CompletionLane:
+    """``POST /api/v1/agents/<agent_id>/completions`` answered in front of Flask: the WSGI
+    app :func:`api.create_app` serves (``app.wsgi_app``), streamed or blocking.
 
-    A blocking completion is the API's busiest request, and Flask's part of it (the
-    request context pushed and popped, the route matched, the view's hooks and schema
-    check dispatched) was about a quarter of its CPU time: ~55 of 230 µs in process, 60 µs
-    over HTTP (bench/http.py's intake turn). Here it runs the same steps as the view, in
-    the same order and through the same functions: :func:`~api.auth.authenticate` (the
-    token, then the rate limit), :func:`turn_request`, the turn service, and
-    :func:`blocking_result`, under an app context (which gives the database connection
-    back at its end); its reply is the one Flask would make (``app.json``), an error's
-    too (:func:`~api.errors.reply_for`, as the app's error handler).
+    A completion is the API's busiest request, and Flask's part of one (the request
+    context pushed and popped, the route matched, the view's hooks and schema check
+    dispatched) was about a quarter of a blocking one's CPU time (bench/http.py's intake
+    turn). Here it runs the same steps as the view, in the same order and through the
+    same functions: :func:`~api.auth.authenticate` (the token, then the rate limit),
+    :func:`turn_request`, the turn service, then :func:`sse_reply` or
+    :func:`blocking_result`, under an app context (which gives the request's database
+    connection back at its end, as Flask's does: a streamed turn runs in a thread of its
+    own); its reply is the one Flask would make (``app.json``), an error's too
+    (:func:`~api.errors.reply_for`, as the app's error handler).
 
     It stands aside (every request goes to Flask) unless, at its first request, Flask
     would run nothing more for the route than it does: the route's view, and of hooks only
     the blueprint's token check (:meth:`_flask_adds_nothing`). It takes only requests it
-    reads exactly as Flask would: a JSON body of a given
-    length within ``MAX_CONTENT_LENGTH`` that parses (:func:`~api.http.parse_json_object`),
-    that the route's schema accepts as it is (:func:`~api.openapi.plain_fields`) and whose
-    ``stream`` and ``return_trace`` are plain flags. Everything else (a stream, a chunked
-    or bad body, another route or method) goes to Flask untouched, its body handed on as
-    read, before anything that counts (the token's rate limit) has happened.
+    reads exactly as Flask would: a JSON body of a given length within
+    ``MAX_CONTENT_LENGTH`` that parses (:func:`~api.http.parse_json_object`), that the
+    route's schema accepts as it is (:func:`~api.openapi.fits`) and whose ``stream`` and
+    ``return_trace`` are flags. Everything else (a chunked or bad body, another route or
+    method) goes to Flask untouched, its body handed on as read, before anything that
+    counts (the token's rate limit) has happened.
     """
 
     _PATH = re.compile(r"/api/v1/agents/([^/]+)/completions")
@@ -280,13 +281,17 @@ class BlockingCompletions:
         taken = self._take(environ) if self._on else None
         if taken is None:
             return self.wsgi_app(environ, start_response)
-        agent_id, body, return_trace = taken
+        agent_id, body, stream, return_trace = taken
         app = self.app
         with app.app_context():
             try:
                 req = turn_request(agent_id, body, tenant=authenticate(environ))
-                req.trace = return_trace
-                payload, status, headers = blocking_result(turn_service().start(req, inline=True))
+                req.trace = return_trace  # as _complete
+                turn = turn_service().start(req, inline=not stream)
+                if stream:
+                    reply = sse_reply(turn, return_trace, sdk_text=not return_trace)
+                    return reply(environ, start_response)
+                payload, status, headers = blocking_result(turn)
             except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
                 payload, status = reply_for(exc)
                 headers = headers_for(exc)
@@ -328,9 +333,9 @@ class BlockingCompletions:
         app._got_first_request = True  # noqa: SLF001 - Flask's own flag for it
         return True
 
-    def _take(self, environ: dict) -> tuple[str, dict, bool] | None:
-        """``(agent id, body, return_trace)`` of a request this answers; else ``None``,
-        the body (if read) put back for Flask."""
+    def _take(self, environ: dict) -> tuple[str, dict, bool, bool] | None:
+        """``(agent id, body, stream, return_trace)`` of a request this answers; else
+        ``None``, the body (if read) put back for Flask."""
         if environ.get("REQUEST_METHOD") != "POST" or environ.get("CONTENT_TYPE") != "application/json":
             return None
         match = self._PATH.fullmatch(environ.get("PATH_INFO") or "")
@@ -351,15 +356,10 @@ class BlockingCompletions:
         raw = environ["wsgi.input"].read(size) if size else b""
         try:
             body = parse_json_object(raw) if len(raw) == size else None
-            blocking = (
-                body is not None
-                and fits(self._fields, body)
-                and not flag(body.get("stream"), "stream", default=True)
-            )
-            return_trace = blocking and flag(body.get("return_trace"), "return_trace")
+            if body is not None and fits(self._fields, body):
+                stream = flag(body.get("stream"), "stream", default=True)
+                return wsgi_text(match.group(1)), body, stream, flag(body.get("return_trace"), "return_trace")
         except ArgumentError:  # Flask's view says so
-            blocking = False
-        if not blocking:
-            environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came
-            return None
-        return wsgi_text(match.group(1)), body, return_trace
+            pass
+        environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came
+        return None

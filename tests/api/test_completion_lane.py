@@ -1,4 +1,4 @@
-"""Blocking completions answered in front of Flask (api.blueprints.completions.BlockingCompletions).
+"""Completions answered in front of Flask (api.blueprints.completions.CompletionLane).
 
 Every request here goes once through the app as served (the lane in front) and once
 straight to Flask's view (the lane's inner WSGI app), each on sessions of its own: the
@@ -86,14 +86,23 @@ def test_a_form_turn_through_the_lane_is_answered_as_by_flask(app):
     agent_id = Api(app, token).create_agent(sample("intake_form"))
     answers = {"name": "Ann", "age": 41, "plan": "pro", "notes": "n"}
 
-    def form_turn(api: Api):
+    def form_turns(api: Api):
         session_id = api.create_session(agent_id)
-        return [api.ask(agent_id, session_id, "sign me up"), api.ask(agent_id, session_id, inputs=answers)]
+        streamed = api.create_session(agent_id)
+        return [
+            api.ask(agent_id, session_id, "sign me up"),
+            api.ask(agent_id, session_id, inputs=answers),
+            api.ask(agent_id, streamed, "sign me up", stream=True),
+            api.ask(agent_id, streamed, inputs=answers, stream=True, return_trace=True),
+        ]
 
-    paused, finished = _both(app, token, form_turn)
+    paused, finished, paused_stream, finished_stream = _both(app, token, form_turns)
     assert paused[0] == 200 and paused[2]["data"]["event"] == "user_inputs"
     assert finished[0] == 200 and finished[2]["data"]["data"]["content"].startswith("Thanks Ann!")
-    assert len(calls) == 2  # Flask's view answered FlaskOnly's two; the lane, the app's
+    assert paused_stream[1]["Content-Type"].startswith("text/event-stream")
+    assert [f["event"] for f in paused_stream[2][:-1]] == ["message", "message_end", "user_inputs"]
+    assert "node_finished" in [f["event"] for f in finished_stream[2][:-1]]  # the trace
+    assert len(calls) == 4  # Flask's view answered FlaskOnly's four; the lane, the app's
 
 
 def test_errors_the_lane_meets_are_answered_as_by_flask(app):
@@ -136,9 +145,6 @@ def test_errors_the_lane_meets_are_answered_as_by_flask(app):
 @pytest.mark.parametrize(
     "send",
     [
-        pytest.param(lambda api, a, s: api.post(f"/agents/{a}/completions", json={"session_id": s, "question": "hi"}),
-                     id="stream-by-default"),
-        pytest.param(lambda api, a, s: api.ask(a, s, "hi", stream=True), id="stream-true"),
         pytest.param(lambda api, a, s: api.ask(a, s, 5), id="question-not-text"),
         pytest.param(lambda api, a, s: api.ask(a, s, "hi", stream="maybe"), id="stream-not-a-flag"),
         pytest.param(lambda api, a, s: api.ask(a, s, "hi", return_trace="maybe"), id="trace-not-a-flag"),
