@@ -43,6 +43,7 @@ def idle_sessions(tenant_id: str, agent_id: str, version_id: str, count: int, wh
                     "agent_version_id": version_id,
                     "create_time": when,
                     "update_time": when,
+                    "expiry_mark": when,
                 }
                 for sid in part
             ],

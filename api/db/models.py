@@ -165,13 +165,21 @@ class Session(BaseModel):
     # session.max_transcript_bytes (see api.services.turns).
     transcript_bytes = BigIntegerField(default=0)
     create_time = BigIntegerField(default=now_ms)
+    # Not indexed: every turn sets it, and on SQLite an index on it cost a page of the
+    # WAL per committed request (1 of 8.9, bench/wal.py --by-table). The sweep finds the
+    # sessions that may have expired by ``expiry_mark`` instead.
     update_time = BigIntegerField(default=now_ms)
+    # A time at or before ``update_time``: the session's creation, or the ``update_time``
+    # the sweep last saw when it found the session still in use (0: not known yet, so the
+    # sweep looks). Turns never write it, so its index entry moves at most once per
+    # session lifetime of an active session (api.services.retention).
+    expiry_mark = BigIntegerField(default=0)
 
     class Meta:
         indexes = (
             (("agent_id", "create_time"), False),
             (("agent_id", "user_id"), False),
-            (("update_time",), False),
+            (("expiry_mark",), False),
         )
 
 

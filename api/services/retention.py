@@ -6,6 +6,12 @@
 * **Expiry**: a session idle (``update_time``) for longer than its agent's
   ``session_ttl_seconds``, or else the server's ``session.ttl_seconds``
   (``AGENTCANVAS_SESSION_TTL_SECONDS``; 0 = forever), is trashed by the sweep.
+  ``update_time`` has no index (every turn sets it: on SQLite its index entry was a
+  page of the WAL per committed request, 1 of 8.9). The sweep finds the sessions that
+  may have expired by ``Session.expiry_mark``, indexed, a time at or before
+  ``update_time`` that turns never write; of those it trashes the ones whose
+  ``update_time`` says they expired and moves the others' mark up to their
+  ``update_time``, so an active session comes up again only one lifetime later.
 * **Keyed memory** (``memory_key``) lives ``memory.ttl_seconds``
   (``AGENTCANVAS_MEMORY_TTL_SECONDS``; 0 = forever) from when it was written.
 * **Files** uploaded for conversations go with the last session that used them, and an
@@ -135,34 +141,57 @@ def trash_sessions(session_ids: Select | list[str], now: int | None = None) -> i
     return len(ids)
 
 
-def _expired(now: int, settings: RetentionSettings) -> Select:
-    """Sessions idle past their agent's lifetime (the server's when the agent has none),
-    not running a turn."""
+def _expired(now: int, shortest_ttl: int, settings: RetentionSettings, exactly: bool) -> Select:
+    """Sessions not running a turn that may be idle past their agent's lifetime (the
+    server's when the agent has none), found by their ``expiry_mark``; ``exactly``: only
+    those that are, by their ``update_time``. ``shortest_ttl``: the shortest lifetime
+    any session has (seconds), which bounds the mark's index range."""
     ttl = fn.COALESCE(Agent.session_ttl_seconds, settings.session_ttl_seconds)
+    idle_since = Session.update_time if exactly else Session.expiry_mark
     return (
         Session.select(Session.id)
         .join(Agent, JOIN.LEFT_OUTER, on=(Session.agent_id == Agent.id))
-        # Leases are judged by the real clock, whatever time ``now`` judges idleness by.
-        .where((ttl > 0) & (Session.update_time < now - ttl * 1000) & lease_free(Session, now_ms()))
+        .where(
+            (Session.expiry_mark < now - shortest_ttl * 1000)
+            & (ttl > 0)
+            & (idle_since < now - ttl * 1000)
+            # Leases are judged by the real clock, whatever time ``now`` judges idleness by.
+            & lease_free(Session, now_ms())
+        )
     )
 
 
-def _may_expire(settings: RetentionSettings) -> bool:
-    """Whether any session can expire at all (a server lifetime, or an agent's own)."""
-    if settings.session_ttl_seconds > 0:
-        return True
-    return Agent.select().where(Agent.session_ttl_seconds > 0).exists()
+def _shortest_ttl(settings: RetentionSettings) -> int | None:
+    """The shortest session lifetime in force (the server's, or an agent's own), in
+    seconds; None when no session can expire."""
+    lifetimes = [settings.session_ttl_seconds] if settings.session_ttl_seconds > 0 else []
+    shortest = Agent.select(fn.MIN(Agent.session_ttl_seconds)).where(Agent.session_ttl_seconds > 0).scalar()
+    if shortest is not None:
+        lifetimes.append(shortest)
+    return min(lifetimes) if lifetimes else None
 
 
-def _expire(now: int, settings: RetentionSettings, report: SweepReport) -> bool:
-    """Trash one batch of expired sessions; false when there were none."""
-    ids = [row.id for row in _expired(now, settings).order_by(Session.update_time).limit(settings.batch)]
+def _expire(now: int, shortest_ttl: int, settings: RetentionSettings, report: SweepReport) -> bool:
+    """Trash one batch of expired sessions, and move up the mark of the sessions found by
+    it that were used since; false when none was found."""
+    ids = [
+        row.id
+        for row in _expired(now, shortest_ttl, settings, exactly=False)
+        .order_by(Session.expiry_mark)
+        .limit(settings.batch)
+    ]
     if not ids:
         return False
     with write_transaction():
-        # Checked again in the transaction: a turn that started meanwhile keeps its session.
-        still = [row.id for row in _expired(now, settings).where(Session.id.in_(ids))]
+        # Checked in the transaction: a turn that started meanwhile keeps its session.
+        still = [
+            row.id for row in _expired(now, shortest_ttl, settings, exactly=True).where(Session.id.in_(ids))
+        ]
         report.expired += trash_sessions(still, now)
+        used = sorted(set(ids) - set(still))
+        if used:
+            # Still a lower bound of update_time (the statement reads it as it writes).
+            Session.update(expiry_mark=Session.update_time).where(Session.id.in_(used)).execute()
     report.expired_ids.update(still)
     report.batches += 1
     return True
@@ -304,8 +333,9 @@ def sweep(
     stop = keeper.track(owner)
     try:
         steps = [lambda: _purge(settings, report), lambda: _forget_memory(now, settings, report)]
-        if _may_expire(settings):
-            steps.insert(0, lambda: _expire(now, settings, report))
+        shortest_ttl = _shortest_ttl(settings)
+        if shortest_ttl is not None:
+            steps.insert(0, lambda: _expire(now, shortest_ttl, settings, report))
             steps.append(lambda: _forget_unused_uploads(now, settings, report))
         for step in steps:
             while not stop.is_set() and step():

@@ -341,6 +341,7 @@ class TurnService:
                 transcript_bytes=len(prologue.encode("utf-8")),
                 create_time=now,
                 update_time=now,
+                expiry_mark=now,
             )
             snapshot = str(canvas)
             history.WRITE_STATE.execute(

@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 
 import pytest
+from playhouse.migrate import SchemaMigrator
+from playhouse.migrate import migrate as run_schema_changes
 
-from api.db import MessageLog, SessionSnapshot, WorkerLease, db, now_ms
+from api.db import MessageLog, SchemaVersion, Session, SessionSnapshot, WorkerLease, db, init_database, now_ms
 from api.services.memory import DatabaseMemoryStore
 from api.services.retention import RetentionSettings, sweep
 from tests.api.conftest import Api, echo_dsl, make_token
@@ -206,3 +208,64 @@ def test_agentcanvas_sweep(cli, retention_api: Api):  # noqa: F811
     assert "in 6 batches" in out
     bad = cli("sweep", "--batch", "0", ok=False)
     assert bad.returncode == 2 and "--batch" in bad.stderr
+
+
+def _made_earlier(api: Api, session_ids: list[str], seconds: float) -> None:
+    """Make these sessions look made and last used this many seconds ago."""
+    when = later(-seconds)
+    with api.app.app_context(), db.connection_context():
+        Session.update(create_time=when, update_time=when, expiry_mark=when).where(
+            Session.id.in_(session_ids)
+        ).execute()
+
+
+def test_a_session_used_since_the_sweep_last_saw_it_expires_a_lifetime_after_its_last_turn(
+    retention_api: Api,
+):
+    """The sweep finds sessions that may have expired by a mark turns do not move (their
+    update_time has no index: api.services.retention); a session in use again is kept,
+    and expires one lifetime after its last turn."""
+    api = retention_api
+    agent_id = api.create_agent(echo_dsl())
+    idle = [api.create_session(agent_id) for _ in range(3)]
+    used = [api.create_session(agent_id) for _ in range(3)]
+    _made_earlier(api, idle + used, 2 * HOUR)
+    for session_id in used:
+        assert api.ask(agent_id, session_id, "still here").status_code == 200
+
+    report = sweep_at(api, now_ms(), batch=1)
+    assert report.expired_ids == set(idle)
+    assert report.batches == 6 + 3  # expiry (each session found once), then the trash
+    for session_id in used:
+        assert api.session(agent_id, session_id)["round"] == 1
+    assert sweep_at(api, later(HOUR - 60)).expired == 0
+    assert sweep_at(api, later(HOUR + 60)).expired_ids == set(used)
+
+
+def test_sessions_made_before_migration_18_expire_by_their_last_turn(app_factory, database_url):
+    """Migration 18 gives the sessions of an older schema (update_time indexed, no
+    expiry_mark) a mark from their update_time: idle ones expire, used ones are kept."""
+    app = app_factory(SESSION_TTL_SECONDS=HOUR)
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(echo_dsl())
+    idle, used = api.create_session(agent_id), api.create_session(agent_id)
+    _made_earlier(api, [idle, used], 2 * HOUR)
+    assert api.ask(agent_id, used, "still here").status_code == 200
+    with app.app_context():
+        table = Session._meta.table_name
+        migrator = SchemaMigrator.from_database(db.obj)
+        mark = next(i.name for i in db.get_indexes(table) if i.columns == ["expiry_mark"])
+        run_schema_changes(
+            migrator.drop_index(table, mark),
+            migrator.drop_column(table, "expiry_mark", cascade=False),
+            migrator.add_index(table, ("update_time",), False),
+        )
+        SchemaVersion.delete().where(SchemaVersion.version == 18).execute()
+    init_database(database_url, max_connections=4)
+
+    with app.app_context():
+        indexed = [i.columns for i in db.get_indexes(Session._meta.table_name)]
+        assert ["expiry_mark"] in indexed and ["update_time"] not in indexed
+    assert sweep_at(api, now_ms()).expired_ids == {idle}
+    assert api.session(agent_id, used)["round"] == 1
+    assert sweep_at(api, later(HOUR + 60)).expired_ids == {used}
