@@ -262,6 +262,13 @@ def _expiry_mark(database: Database) -> None:
     _drop_index(database, Session, ("update_time",))
 
 
+def _unindexed_task_id(database: Database) -> None:
+    # A task id begins with its session's id, which finds it (api.services.turns.turn_id);
+    # the index on session.task_id, moved by every turn with a new task id (on SQLite a
+    # page of the WAL, 0.5 of 7.9 per request of bench/wal.py), goes.
+    _drop_index(database, Session, ("task_id",))
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -302,6 +309,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         "session.expiry_mark, indexed, finds sessions that may have expired (update_time's index dropped)",
         _expiry_mark,
     ),
+    (19, "session.task_id unindexed: a task id begins with its session's id", _unindexed_task_id),
 ]
 
 

@@ -155,7 +155,11 @@ class Session(BaseModel):
     lease_owner = CharField(max_length=64, null=True)
     lease_expires = BigIntegerField(default=0)
     cancel_requested = BooleanField(default=False)
-    task_id = CharField(max_length=64, null=True, index=True)
+    # The last turn's task id. Not indexed: a turn sets it (but a resumed one), and on
+    # SQLite its index entry cost a page of the WAL per such turn (0.5 of 7.9 per request,
+    # bench/wal.py --by-table). A task id begins with its session's id, which finds it
+    # (api.services.turns.turn_id).
+    task_id = CharField(max_length=64, null=True)
     round = IntegerField(default=0)
     prompt_tokens = BigIntegerField(default=0)
     completion_tokens = BigIntegerField(default=0)

@@ -42,7 +42,6 @@ import os
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -56,7 +55,7 @@ from agent.component import ComponentBase
 from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
-from api.db import MessageLog, Session, SessionSnapshot, db, now_ms, write_transaction
+from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, write_transaction
 from api.db.cluster import write_conflict
 from api.db.database import run_retrying, writer_in_line
 from api.db.prepared import Prepared
@@ -233,9 +232,6 @@ class _Claim:
     # Whether it took back the last turn (a regenerate: it ran from the kept state
     # after ``round`` turns).
     rewound: bool = False
-    # Whether it goes on with a paused turn, under that turn's task id (which the row
-    # then records already: its writes leave the task id and its index as they are).
-    resumed: bool = False
 
 
 class _Run:
@@ -484,7 +480,7 @@ class TurnService:
         base_round = row.round - 1
         slot, snapshot = history.kept_state(row.id, base_round)
         canvas = Canvas(snapshot, limits=self.limits)
-        task_id = uuid.uuid4().hex
+        task_id, _ = turn_id(row.id)
         pending = canvas.pending_form()
         # Nothing runs: one conditional write, where the version is the one read and no
         # turn holds the session (else: busy, nothing changed), that points the session
@@ -539,10 +535,10 @@ class TurnService:
             snapshot = history.unpack(row.snapshot) if base is None else base
             canvas = Canvas(snapshot, limits=self.limits, services=services)
         pending = canvas.pending_form()
-        # One random id per turn: its task id (unless it resumes a paused form, whose
-        # turn it continues), its message id and its lease owner.
-        turn_id, message_id = random_id()
-        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_id
+        # One id per turn: its task id (unless it resumes a paused form, whose turn it
+        # continues), its message id and, its random half, its lease owner.
+        turn_hex, message_id = turn_id(session_id)
+        task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_hex
         # run() checks the inputs and files and only then returns the (lazy) run: bad
         # input is refused before the claim, so it leaves the row exactly as it was.
         events = canvas.run(
@@ -561,7 +557,7 @@ class TurnService:
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
         # session_id, task_id, owner (none yet), version, round, prior_status, usage_before,
-        # slot, rewound (a regenerate), resumed
+        # slot, rewound (a regenerate)
         claim = _Claim(
             session_id,
             task_id,
@@ -572,7 +568,6 @@ class TurnService:
             dict(usage),
             row.state_slot if base is not None else history.next_slot(row.state_slot, self.keep_snapshots),
             base is not None,
-            task_id != turn_id,
         )
         # session_id, task_id, created, result, keep_events
         turn = Turn(session_id, task_id, created, None, not inline)
@@ -584,7 +579,7 @@ class TurnService:
             with watch:  # this thread made it; the worker below enters watch.active()
                 effect = self._run_unleased(turn, canvas, run)
                 if effect is not None:
-                    self._take_lease(claim, turn_id[:16], task_id, canvas, watch)
+                    self._take_lease(claim, turn_hex[16:], task_id, canvas, watch)
                     run.events = itertools.chain([effect], run.events)
                     if not inline:
                         turn._queue = queue.SimpleQueue()
@@ -668,7 +663,7 @@ class TurnService:
         }
         try:
             with writer_in_line():
-                claimed = _claim_or_save(_CLAIM_SAME_TASK if claim.resumed else None, _CLAIM, values)
+                claimed = _CLAIM.execute(values)
         except PeeweeException as exc:
             if write_conflict(exc):
                 raise _busy(claim.session_id) from None  # lost the race (rolled back): nothing to give back
@@ -924,7 +919,6 @@ class TurnService:
             values["owner"] = claim.owner
         else:
             values["task_id"] = claim.task_id
-        same_task = None
         exchange: dict[str, Any] | None = None  # the values of _APPEND_EXCHANGE
         used_files: list[str] = []
         if snapshot is not None:
@@ -941,16 +935,12 @@ class TurnService:
             values["round"] = claim.round + 1
             values["slot"] = claim.slot
             save = _SAVE_TURN if leased else _SAVE_TURN_UNLEASED
-            if not leased and claim.resumed:
-                same_task = _SAVE_TURN_UNLEASED_SAME_TASK
         else:
             error = result.error or ""
             if len(error) > MAX_ERROR_CHARS:
                 error = error[: MAX_ERROR_CHARS - 1] + "…"
             values.update(status=claim.prior_status, error=error)
             save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
-            if not leased and claim.resumed:
-                same_task = _SAVE_FAILED_TURN_UNLEASED_SAME_TASK
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
         with write_transaction():
@@ -958,14 +948,12 @@ class TurnService:
             # MySQL (Prepared.send), answered when the UPDATE's count is read; if it
             # matched nothing (the version moved: the slot may be another turn's now),
             # the state and the messages are rolled back with the transaction.
-            update = (same_task or save).send(values)
+            update = save.send(values)
             if snapshot is not None:
                 history.WRITE_STATE.send(values)  # into the slot the UPDATE points the row at
             if exchange is not None and not claim.rewound:
                 _APPEND_EXCHANGE.send(exchange)
             matched = update.rowcount
-            if matched != 1 and same_task is not None:
-                matched = save.execute(values)  # see _claim_or_save
             if matched != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
                     raise _busy(claim.session_id)
@@ -1067,11 +1055,7 @@ class TurnService:
         the task is no longer running (the flag is not left behind: it is only set
         on a live lease, and every claim clears it).
         """
-        row = (
-            Session.select(Session.id)
-            .where((Session.task_id == task_id) & (Session.tenant_id == tenant_id))
-            .first()
-        )
+        row = _session_of_task(tenant_id, task_id)
         if row is None:
             raise NotFound(f"task {task_id!r} not found")
         hit = (
@@ -1087,15 +1071,46 @@ class TurnService:
         return {"task_id": task_id, "session_id": row.id, "cancelled": hit == 1}
 
 
-def random_id() -> tuple[str, str]:
-    """A random (version 4) UUID as ``(hex, text with dashes)``: what ``uuid.uuid4()``'s
-    ``.hex`` and ``str()`` give, from the same 16 bytes of ``os.urandom``, without
-    building the ``UUID`` object (2.5 us of a turn's bookkeeping)."""
-    raw = bytearray(os.urandom(16))
+def _session_of_task(tenant_id: str, task_id: str) -> Session | None:
+    """The tenant's session that records ``task_id``, found by the id of the session the
+    task id begins with (:func:`turn_id`): ``session.task_id`` has no index."""
+    query = Session.select(Session.id).where((Session.task_id == task_id) & (Session.tenant_id == tenant_id))
+    head = task_id[:16]
+    if _is_hex(head):
+        row = query.where(Session.id.between(head, head + "g")).first()
+        if row is not None:
+            return row
+    # A task id made before migration 19 (a form paused then, resumed now), or no task
+    # of the tenant's: looked for among the tenant's sessions (by agent, indexed).
+    of_tenant = Agent.select(Agent.id).where(Agent.tenant_id == tenant_id)
+    return query.where(Session.agent_id.in_(of_tenant)).first()
+
+
+def turn_id(session_id: str) -> tuple[str, str]:
+    """A turn's id, a version-4 UUID as ``(hex, text with dashes)`` (its task id and its
+    message id), whose first half is the first half of ``session_id`` (itself a UUID's
+    hex) and whose second half is random (62 bits of ``os.urandom``).
+
+    The task id so names its session: a cancel finds the session by its primary key
+    (:meth:`TurnService.request_cancel`), so ``session.task_id``, which a turn sets
+    every time, needs no index. That index cost a page of the SQLite WAL per turn that
+    records a new task id (0.5 of the 7.9 pages per request of bench/wal.py's
+    pause/resume turns; every request of a conversation without forms).
+    """
+    head = session_id[:16] if _is_hex(session_id[:16]) else os.urandom(8).hex()
+    raw = bytearray(bytes.fromhex(head) + os.urandom(8))
     raw[6] = raw[6] & 0x0F | 0x40  # version 4
     raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
     text = raw.hex()
     return text, f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_hex(text: str) -> bool:
+    """Whether ``text`` is 16 lowercase hex digits."""
+    return len(text) == 16 and _HEX.issuperset(text)
 
 
 def _outcome(result: TurnResult | None) -> str:
@@ -1184,59 +1199,23 @@ _READ_SESSION_IF_MOVED = _find(embed=False, columns=_SessionRow._fields, unless_
 _READ_EMBED_SESSION_IF_MOVED = _find(embed=True, columns=_SessionRow._fields, unless_version="cached")
 
 
-def _record_task(m, changes: dict, cond, same_task: bool):  # noqa: ANN001, ANN202 - peewee expressions
-    """A write that records the turn's task id: it sets it, or (``same_task``, a resumed
-    turn) leaves it as it is and applies only where the row records it already (SQLite
-    rewrites an index entry even for an unchanged value). Returns the condition."""
-    if same_task:
-        return cond & (Session.task_id == m("task_id"))
-    changes[Session.task_id] = m("task_id")
-    return cond
-
-
-def _claim(same_task: bool) -> Prepared:
-    """The claim's UPDATE: it records the turn's task id, or (``same_task``, a resumed turn)
-    applies only where the row records it already."""
-
-    def build(m):
-        changes = {
+_CLAIM = Prepared(
+    lambda m: Session.update(
+        {
             Session.lease_owner: m("owner"),
             Session.lease_expires: m("expires"),
             Session.cancel_requested: False,
             Session.status: "running",
+            Session.task_id: m("task_id"),
         }
-        cond = (Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now"))
-        cond = _record_task(m, changes, cond, same_task)
-        return Session.update(changes).where(cond)
-
-    return Prepared(build)
+    ).where((Session.id == m("id")) & (Session.version == m("version")) & lease_free(Session, m("now")))
+)
 
 
-_CLAIM = _claim(same_task=False)
-_CLAIM_SAME_TASK = _claim(same_task=True)
-
-
-def _claim_or_save(same_task: Prepared | None, write: Prepared, values: dict[str, Any]) -> int:
-    """Run ``same_task`` (a resumed turn's write that leaves the task id as it is) and,
-    where it matched no row, ``write``; the rows matched.
-
-    On SQLite assigning ``task_id`` rewrites its index entry even when the value is the
-    same, a page more per commit; the row of a resumed turn nearly always records its
-    task id already (it differs only when another turn claimed the session meanwhile and
-    gave it back unused, or an undo restored a paused state), and the fallback writes it.
-    """
-    if same_task is not None:
-        matched = same_task.execute(values)
-        if matched == 1:
-            return matched
-    return write.execute(values)
-
-
-def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prepared:
+def _save(succeeded: bool, leased: bool = True) -> Prepared:
     """The end-of-turn UPDATE: only where the version is the one the turn read and, for a
     turn that took the lease, it still holds it; for one that did not, no turn holds it
-    (this write then records the turn's task id, as a claim does, or with ``same_task``
-    applies only where the row records it already)."""
+    (this write then records the turn's task id, as a claim does)."""
 
     def build(m):
         changes = {
@@ -1264,7 +1243,8 @@ def _save(succeeded: bool, leased: bool = True, same_task: bool = False) -> Prep
             cond &= Session.lease_owner == m("owner")
         else:
             changes[Session.cancel_requested] = False
-            cond = _record_task(m, changes, cond & lease_free(Session, m("now")), same_task)
+            changes[Session.task_id] = m("task_id")
+            cond &= lease_free(Session, m("now"))
         return Session.update(changes).where(cond)
 
     return Prepared(build)
@@ -1274,8 +1254,6 @@ _SAVE_TURN = _save(succeeded=True)
 _SAVE_FAILED_TURN = _save(succeeded=False)
 _SAVE_TURN_UNLEASED = _save(succeeded=True, leased=False)
 _SAVE_FAILED_TURN_UNLEASED = _save(succeeded=False, leased=False)
-_SAVE_TURN_UNLEASED_SAME_TASK = _save(succeeded=True, leased=False, same_task=True)
-_SAVE_FAILED_TURN_UNLEASED_SAME_TASK = _save(succeeded=False, leased=False, same_task=True)
 # The columns of a message-log row; _log_rows names its values "<column><row number>".
 _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
 _APPEND_EXCHANGE = Prepared(

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 
 import pytest
+from playhouse.migrate import SchemaMigrator
+from playhouse.migrate import migrate as run_schema_changes
 
-from api.db import MessageLog, Session, now_ms
+from api.db import MessageLog, SchemaVersion, Session, db, init_database, now_ms
 from api.services import turns
 from api.services.turns import TurnService, turn_service
 from tests.api.components import PURE_GATE_ENTERED
@@ -145,6 +148,38 @@ def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
         "session_id": session_id,
         "cancelled": False,
     }
+
+
+def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_factory, database_url):
+    """Migration 19 drops the index on session.task_id: a task id begins with its
+    session's id, which finds it, and one made before (a form paused then, resumed
+    after) is found among the tenant's sessions; another tenant's or an unknown is not."""
+    app = app_factory()
+    api, other = Api(app, make_token(app)), Api(app, make_token(app, "tenant-b"))
+    agent_id = api.create_agent(echo_dsl())
+    new, old = api.create_session(agent_id), api.create_session(agent_id)
+    task_id = api.ask(agent_id, new, "hi").json["data"]["task_id"]
+    made_before = uuid.uuid4().hex
+    table = Session._meta.table_name
+    with app.app_context():
+        Session.update(task_id=made_before).where(Session.id == old).execute()
+        run_schema_changes(SchemaMigrator.from_database(db.obj).add_index(table, ("task_id",), False))
+        SchemaVersion.delete().where(SchemaVersion.version == 19).execute()
+    init_database(database_url, max_connections=4)
+
+    with app.app_context():
+        assert ["task_id"] not in [i.columns for i in db.get_indexes(table)]
+    for task, session_id in ((task_id, new), (made_before, old)):
+        assert api.post(f"/tasks/{task}/cancel").json["data"] == {
+            "task_id": task,
+            "session_id": session_id,
+            "cancelled": False,
+        }
+        assert other.post(f"/tasks/{task}/cancel").status_code == 404
+    assert api.post(f"/tasks/{task_id[:16]}{uuid.uuid4().hex[16:]}/cancel").status_code == 404
+    next_task = api.ask(agent_id, new, "again").json["data"]["task_id"]
+    assert next_task != task_id
+    assert api.post(f"/tasks/{next_task}/cancel").json["data"]["session_id"] == new
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streamed"])
