@@ -242,6 +242,36 @@ class _SafeReconnectMixin:
         super()._close_raw(conn)
 
 
+class _LetGoOnCloseAll:
+    """A pool whose ``close_all`` closes no connection another thread has checked out.
+
+    peewee's closes those too, under whatever their threads are doing: a statement
+    running on one then fails (MySQL, Postgres; SQLite crashed: see
+    :meth:`WalSqliteDatabase.close_all`). Here they are let go of (no longer the pool's),
+    each closed where its thread checks it in (or, SQLite's parked by its thread, where the
+    next ``connect()`` or ``close_idle()`` takes it); one a thread never gives back is
+    closed with its last reference, as the driver closes a connection nobody holds.
+    """
+
+    def _close(self, conn, close_conn=False):  # noqa: ANN001, ANN202 - peewee's signature
+        with self._pool_lock:
+            if not close_conn and self.conn_key(conn) not in self._in_use:
+                # Let go of by close_all while its thread had it: closed, not pooled
+                # (peewee's check-in would leave it open).
+                self._close_raw(conn)
+                self._pool_available.notify()
+                return
+            super()._close(conn, close_conn)
+
+    def close_all(self) -> None:
+        """Close this thread's connection and the idle ones; let go of the others."""
+        self.close()
+        with self._pool_lock:
+            self.close_idle()
+            self._in_use = {}
+            self._pool_available.notify_all()
+
+
 class _HostTracking:
     """Which host each driver connection went to, for :class:`_SafeReconnectMixin`."""
 
@@ -955,7 +985,9 @@ class _HostsMySQLDatabase(_HostTracking, MySQLDatabase):
         raise pymysql.err.OperationalError(code, f"no database host is usable ({reasons})")
 
 
-class ReconnectingPooledMySQLDatabase(_SafeReconnectMixin, PooledMySQLDatabase, _HostsMySQLDatabase):
+class ReconnectingPooledMySQLDatabase(
+    _SafeReconnectMixin, _LetGoOnCloseAll, PooledMySQLDatabase, _HostsMySQLDatabase
+):
     """Pooled MySQL/MariaDB through pymysql on one of several hosts, reconnecting dropped connections."""
 
     #: a text value given as UTF-8 bytes, as its connections take it (:class:`Utf8Text`)
@@ -1129,7 +1161,7 @@ class _HostsPostgresqlDatabase(_HostTracking, PostgresqlDatabase):
 
 
 class ReconnectingPooledPostgresqlDatabase(
-    _SafeReconnectMixin, PooledPostgresqlDatabase, _HostsPostgresqlDatabase
+    _SafeReconnectMixin, _LetGoOnCloseAll, PooledPostgresqlDatabase, _HostsPostgresqlDatabase
 ):
     """Pooled PostgreSQL through psycopg 3 on one of several hosts, reconnecting dropped connections."""
 
@@ -1422,7 +1454,7 @@ sqlite3.register_adapter(bool, int)
 sqlite3.register_adapter(bytes, bytes)  # bytes(b) is b itself
 
 
-class WalSqliteDatabase(PooledSqliteDatabase):
+class WalSqliteDatabase(_LetGoOnCloseAll, PooledSqliteDatabase):
     """Pooled SQLite in WAL mode; write transactions take the write lock up front.
 
     ``write_lock`` lines up this process's writers (see :func:`write_transaction`).
@@ -1494,18 +1526,6 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         self._parked.append(conn)
         return True
 
-    def _close(self, conn, close_conn=False):  # noqa: ANN001, ANN202 - peewee's signature
-        # A connection that is no longer the pool's (close_all let it go while a thread
-        # had it) is closed where it is checked in: by its thread, or parked by it (not
-        # looked at there, a request's hot path), by the next connect() or close_idle()
-        # that takes it. peewee's check-in would leave it open.
-        with self._pool_lock:
-            if not close_conn and id(conn) not in self._in_use:
-                self._close_raw(conn)
-                self._pool_available.notify()
-                return
-            super()._close(conn, close_conn)
-
     def _take_back_parked(self) -> bool:
         """Check every parked connection in (to the pool's idle ones); whether there was one."""
         taken = False
@@ -1549,11 +1569,7 @@ class WalSqliteDatabase(PooledSqliteDatabase):
         holds and never gives back (it ended without closing it) is closed with its
         last reference, as peewee would close it here.
         """
-        self.close()
-        with self._pool_lock:
-            self.close_idle()  # the parked ones too
-            self._in_use = {}
-            self._pool_available.notify_all()
+        super().close_all()  # close_idle takes the parked ones too
         self.write_lock.close()
         _CHECKPOINTER.forget(str(self.database))
 

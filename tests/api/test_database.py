@@ -28,7 +28,7 @@ from api.db import (
     setup_schema,
     write_transaction,
 )
-from api.db.database import _CHECKPOINTER, escape_mysql_text
+from api.db.database import _CHECKPOINTER, ensure_server_database, escape_mysql_text
 from api.db.migrations import MIGRATIONS
 from tests.api.conftest import Api, echo_dsl, make_token
 
@@ -1009,6 +1009,24 @@ def test_closing_a_sqlite_pools_connections_closes_those_threads_keep(tmp_path):
         database.close_all()
 
 
+def _on_a_connection_of_its_own(database, work) -> tuple[threading.Thread, dict]:  # noqa: ANN001
+    """Start ``work(seen)`` in a thread on a connection it checks out of ``database``:
+    ``seen["connection"]``, and ``seen["error"]`` for what it raises."""
+    seen: dict = {}
+
+    def run() -> None:
+        try:
+            with database.connection_context():
+                seen["connection"] = database.connection()
+                work(seen)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            seen["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, seen
+
+
 def test_close_all_leaves_another_threads_connection_to_it_until_given_back(tmp_path):
     """close_all while another thread has a connection checked out: that thread's work
     on it goes on, and the connection is closed when the thread gives it back. peewee's
@@ -1018,22 +1036,15 @@ def test_close_all_leaves_another_threads_connection_to_it_until_given_back(tmp_
     thread's poll)."""
     database = _sqlite_pool(tmp_path, max_connections=4)
     checked_out, closed_all = threading.Event(), threading.Event()
-    seen: dict = {}
 
-    def work() -> None:
-        try:
-            with database.connection_context():
-                seen["connection"] = database.connection()
-                database.execute_sql("CREATE TABLE kept (x INTEGER)")
-                checked_out.set()
-                closed_all.wait(10)
-                database.execute_sql("INSERT INTO kept VALUES (1)")
-                seen["rows"] = database.execute_sql("SELECT x FROM kept").fetchall()
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            seen["error"] = exc
+    def work(seen: dict) -> None:
+        database.execute_sql("CREATE TABLE kept (x INTEGER)")
+        checked_out.set()
+        closed_all.wait(10)
+        database.execute_sql("INSERT INTO kept VALUES (1)")
+        seen["rows"] = database.execute_sql("SELECT x FROM kept").fetchall()
 
-    thread = threading.Thread(target=work)
-    thread.start()
+    thread, seen = _on_a_connection_of_its_own(database, work)
     try:
         assert checked_out.wait(10)
         with database.connection_context():  # this thread's, parked
@@ -1053,6 +1064,43 @@ def test_close_all_leaves_another_threads_connection_to_it_until_given_back(tmp_
     assert database._is_closed(other)
     database.close_all()
     assert _open_files((tmp_path / "pool.db").resolve()) == 0
+
+
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_close_all_lets_a_server_connection_another_thread_uses_finish(server, request):
+    """As SQLite's: close_all while another thread runs a statement on its connection (a
+    one-second sleep on the server) leaves it be; the thread's statement and the next
+    one answer, and the connection is closed when the thread gives it back. peewee's
+    close_all closed it under the thread: on MySQL the running statement failed
+    ('connection socket closed'); psycopg makes the close wait for the statement."""
+    database = open_database(request.getfixturevalue(f"{server}_url"), max_connections=4)
+    ensure_server_database(database)  # the test process's throwaway database
+    sleep = "SELECT SLEEP(1)" if server == "mysql" else "SELECT pg_sleep(1)"
+    running = threading.Event()
+
+    def work(seen: dict) -> None:
+        running.set()
+        database.execute_sql(sleep).fetchall()
+        seen["next"] = database.execute_sql("SELECT 7").fetchone()
+
+    thread, seen = _on_a_connection_of_its_own(database, work)
+    try:
+        assert running.wait(10), seen
+        time.sleep(0.2)  # the sleep is on the server now
+        with database.connection_context():
+            own = database.connection()
+            database.execute_sql("SELECT 1")
+        database.close_all()
+        assert database._is_closed(own)
+    finally:
+        thread.join(10)
+    used = seen.pop("connection")
+    assert seen == {"next": (7,)}
+    assert database._is_closed(used)  # given back after close_all: closed, not pooled
+    with database.connection_context():
+        assert database.connection() not in (own, used)
+        assert database.execute_sql("SELECT 3").fetchone() == (3,)
+    database.close_all()
 
 
 def test_a_stale_sqlite_connection_a_thread_kept_is_replaced(tmp_path):
