@@ -13,7 +13,14 @@ Over HTTP they are most of the kernel time a request of ours takes beyond the fl
 SQLite's ``dbstat`` table (the table or index it belongs to, its kind: leaf, internal,
 overflow), and page 1, which holds the free-page list's head and the file's size.
 
-    .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10] [--by-table]
+``--sessions N`` plays ours' turns round robin over N sessions, as a server holds many
+conversations (the floor keeps its one row): an index entry that moves then leaves one
+leaf and lands on another, where with one session both are the same page. Give a
+``--warmup`` of at least 6 turns a session (12 requests: every session's ring of kept
+states full) to measure sessions that have been going a while; with fewer, each window
+also adds kept states.
+
+    .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10] [--sessions 1] [--by-table]
 """
 
 from __future__ import annotations
@@ -114,6 +121,23 @@ def measure(name: str, subject: object, path: str, warmup: int, turns: int, by_t
     return per_request
 
 
+class RoundRobin:
+    """:class:`Ours` playing turn ``i`` in the ``i % count``-th of its ``count`` sessions."""
+
+    def __init__(self, ours: Ours, count: int):
+        self.ours = ours
+        with ours.app.app_context():
+            made = [ours.svc.create_session(ours.tenant_id, ours.agent_id)[0].id for _ in range(count - 1)]
+        self.sessions = [ours.session_id, *made]
+
+    def turn(self, i: int) -> None:
+        self.ours.session_id = self.sessions[i % len(self.sessions)]
+        self.ours.turn(i)
+
+    def close(self) -> None:
+        self.ours.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -121,6 +145,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--keep", type=int, default=None, help="session.keep_snapshots for ours")
+    parser.add_argument("--sessions", type=int, default=1, help="ours' turns go round robin over this many")
     parser.add_argument("--by-table", action="store_true", help="pages per request by table and index")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="agentcanvas-wal-")
@@ -129,10 +154,13 @@ def main() -> int:
     if args.keep is not None:
         ours.svc.keep_snapshots = args.keep
     no_autocheckpoint(ours.database)
+    if args.sessions > 1:
+        ours = RoundRobin(ours, args.sessions)
     floor_path = f"{tmp}/floor.db"
     floor = Floor(f"sqlite:///{floor_path}", False)
     floor.store.conn().execute("PRAGMA wal_autocheckpoint=0")
-    measure("ours", ours, ours_path, args.warmup, args.turns, args.by_table)
+    name = "ours" if args.sessions == 1 else f"ours, {args.sessions} sessions"
+    measure(name, ours, ours_path, args.warmup, args.turns, args.by_table)
     measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns, args.by_table)
     ours.close()
     floor.close()
