@@ -1074,16 +1074,28 @@ class TurnService:
 def _session_of_task(tenant_id: str, task_id: str) -> Session | None:
     """The tenant's session that records ``task_id``, found by the id of the session the
     task id begins with (:func:`turn_id`): ``session.task_id`` has no index."""
-    query = Session.select(Session.id).where((Session.task_id == task_id) & (Session.tenant_id == tenant_id))
     head = task_id[:16]
     if _is_hex(head):
-        row = query.where(Session.id.between(head, head + "g")).first()
-        if row is not None:
-            return row
+        named = list(
+            Session.select(Session.id, Session.task_id).where(
+                Session.id.between(head, head + "g") & (Session.tenant_id == tenant_id)
+            )
+        )
+        if named:
+            # The session the task id names decides (a task id it no longer records, an
+            # earlier turn's, is not found): no need to look further.
+            return next((row for row in named if row.task_id == task_id), None)
     # A task id made before migration 19 (a form paused then, resumed now), or no task
-    # of the tenant's: looked for among the tenant's sessions (by agent, indexed).
+    # of the tenant's: looked for among the tenant's sessions (by agent, indexed), each
+    # read (no index on task_id).
     of_tenant = Agent.select(Agent.id).where(Agent.tenant_id == tenant_id)
-    return query.where(Session.agent_id.in_(of_tenant)).first()
+    return (
+        Session.select(Session.id)
+        .where(
+            (Session.task_id == task_id) & (Session.tenant_id == tenant_id) & Session.agent_id.in_(of_tenant)
+        )
+        .first()
+    )
 
 
 def turn_id(session_id: str) -> tuple[str, str]:

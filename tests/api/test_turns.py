@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import uuid
@@ -150,7 +151,7 @@ def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
     }
 
 
-def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_factory, database_url):
+def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_factory, database_url, caplog):
     """Migration 19 drops the index on session.task_id: a task id begins with its
     session's id, which finds it, and one made before (a form paused then, resumed
     after) is found among the tenant's sessions; another tenant's or an unknown is not."""
@@ -180,6 +181,11 @@ def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_fact
     next_task = api.ask(agent_id, new, "again").json["data"]["task_id"]
     assert next_task != task_id
     assert api.post(f"/tasks/{next_task}/cancel").json["data"]["session_id"] == new
+    # An earlier turn's task id is not found, by its session alone: the tenant's other
+    # sessions are not read (peewee logs each statement it runs).
+    with caplog.at_level(logging.DEBUG, logger="peewee"):
+        assert api.post(f"/tasks/{task_id}/cancel").status_code == 404
+    assert [r for r in caplog.records if "agent_id" in r.getMessage()] == []
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["blocking", "streamed"])
