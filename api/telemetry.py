@@ -259,7 +259,7 @@ class _ActiveTurn:
         self._token: Any = None
 
     def __enter__(self) -> None:
-        turn = self._turn
+        turn = self._turn if self._turn is not None else self  # type: ignore[assignment] - a TurnObserver
         if turn.span is not None:
             self._span_use = trace.use_span(turn.span)
             self._span_use.__enter__()
@@ -283,8 +283,10 @@ class TurnObserver(_ActiveTurn):
     __slots__ = ("leased", "log_fields", "session_id", "span", "started", "task_id")
 
     def __init__(self, session_id: str, task_id: str, agent_id: str):
-        self._turn = self  # entered itself, in the thread that made it
-        self._span_use = self._token = None
+        # Entered itself, in the thread that made it: ``_turn`` is None, not the observer,
+        # which would make every turn's observer a reference cycle, left (with its log
+        # fields and context token) for the cyclic collector to find.
+        self._turn = self._span_use = self._token = None
         self.started = time.monotonic()
         self.session_id = session_id
         self.task_id = task_id
