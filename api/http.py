@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
-from flask import Request, Response, current_app, g, jsonify, request
+from flask import Request, Response, current_app, g, request
 from flask.json.provider import DefaultJSONProvider
 from werkzeug.datastructures import Headers
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
@@ -29,6 +29,8 @@ _TYPE_NAMES = {str: "text", bool: "a boolean", int: "an integer", dict: "an obje
 
 
 _STATUS_200 = ("200 OK", 200)
+#: mimetype -> its Content-Type (the charset added where Werkzeug adds it): one app has one.
+_CONTENT_TYPES: dict[str, str] = {}
 
 
 class JsonReply(Response):
@@ -50,9 +52,12 @@ class JsonReply(Response):
         make the same reply)."""
         reply = cls.__new__(cls)
         headers = reply.headers = Headers()
+        content_type = _CONTENT_TYPES.get(mimetype)
+        if content_type is None:
+            content_type = _CONTENT_TYPES[mimetype] = get_content_type(mimetype, "utf-8")
         # Known good values: neither holds a newline, which is what adding them checks.
         headers._list = [
-            ("Content-Type", get_content_type(mimetype, "utf-8")),
+            ("Content-Type", content_type),
             ("Content-Length", str(len(body))),
         ]
         reply._status, reply._status_code = _STATUS_200
@@ -110,7 +115,7 @@ class JsonReplies(DefaultJSONProvider):
             or (self.compact is None and self._app.debug)
         ):
             return super().response(*args, **kwargs)
-        obj = self._prepare_response_obj(args, kwargs)
+        obj = args[0] if len(args) == 1 and not kwargs else self._prepare_response_obj(args, kwargs)
         try:
             body = orjson.dumps(obj, default=self.default, option=self._OPTIONS)
         except (TypeError, orjson.JSONEncodeError):
@@ -122,7 +127,10 @@ class JsonReplies(DefaultJSONProvider):
 
 def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
     """The success envelope (``extra`` adds top-level keys such as ``total``)."""
-    return jsonify({"code": SUCCESS, "message": message, "data": data, **extra})
+    # jsonify() itself, without reading the app through its proxy.
+    return current_app._get_current_object().json.response(  # type: ignore[attr-defined]
+        {"code": SUCCESS, "message": message, "data": data, **extra}
+    )
 
 
 def _body_bytes(req: Request) -> bytes:

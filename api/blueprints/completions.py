@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Flask, Response, jsonify
+from flask import Blueprint, Flask, Response, current_app
 from flask.typing import ResponseReturnValue
 from pydantic import Field
 from werkzeug.exceptions import HTTPException
@@ -126,12 +126,17 @@ def blocking_result(turn: Turn) -> tuple[dict, int, dict[str, str]]:
     return envelope(code, result.error or "the turn failed", event), status, retry_headers(status)
 
 
-def blocking_reply(turn: Turn) -> tuple[Response, int]:
-    """:func:`blocking_result` as Flask's reply."""
+def blocking_reply(turn: Turn) -> Response:
+    """:func:`blocking_result` as Flask's reply, its status set: returned alone (a
+    success's status is the 200 it is made with), Flask neither unpacks a tuple nor
+    parses the status again."""
     body, status, headers = blocking_result(turn)
-    reply = jsonify(body)
-    reply.headers.update(headers)
-    return reply, status
+    reply = current_app._get_current_object().json.response(body)  # jsonify, without the proxy
+    if status != 200:
+        reply.status_code = status
+    if headers:
+        reply.headers.update(headers)
+    return reply
 
 
 def custom_header(body: dict) -> dict[str, str] | None:

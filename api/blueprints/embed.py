@@ -229,7 +229,8 @@ def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:
         response = sse_reply(turn)
         status = 200
     else:
-        response, status = blocking_reply(turn)
+        response = blocking_reply(turn)
+        status = response.status_code
     response.headers[SESSION_HEADER] = turn.session_id
     response.headers[TASK_HEADER] = turn.task_id
     return response, status
