@@ -43,12 +43,42 @@ from agent import telemetry as agent_telemetry
 log = logging.getLogger("agentcanvas.turns")
 _metrics: Metrics | None = None
 _metrics_lock = threading.Lock()
+# This process's id, for prometheus_client's multiprocess values (see _values_by_process).
+_pid = os.getpid()
+
+
+def _process_id() -> int:
+    return _pid
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+_values_installed = False
+
+
+def _values_by_process() -> None:
+    """Under gunicorn (``PROMETHEUS_MULTIPROC_DIR`` set), metric values that learn this
+    process's id from :func:`_process_id`, kept up to date across a fork, instead of
+    asking the kernel: prometheus_client's multiprocess value calls ``os.getpid()`` on
+    every change to notice a fork, a system call (0.4 us here) four times a turn. Its
+    own ``MultiProcessValue(process_identifier)``, made once, before the first metric."""
+    global _values_installed
+    from prometheus_client import values
+
+    if not _values_installed and getattr(values.ValueClass, "_multiprocess", False):
+        values.ValueClass = values.MultiProcessValue(_process_id)
+    _values_installed = True
 
 
 class Metrics:
     """The server's metrics (names start with ``agentcanvas_``)."""
 
     def __init__(self) -> None:
+        _values_by_process()
         from prometheus_client import Counter, Gauge, Histogram
 
         self.turns = _Labelled(

@@ -124,6 +124,45 @@ def test_turn_metrics_written_directly_read_as_prometheus_clients_own(internals:
     assert 'c_total{outcome="hit"} 11.0' in text(direct)
 
 
+_FORKED_COUNTS = """
+import os, sys, tempfile
+folder = tempfile.mkdtemp()
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+from api import telemetry
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+hits = telemetry.metrics().canvas_cache
+hits.adder("hit")(1)
+child = os.fork()
+if child == 0:
+    hits.adder("hit")(2)
+    os._exit(0)
+os.waitpid(child, 0)
+hits.adder("hit")(4)
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(generate_latest(registry).decode())
+print(sorted(os.listdir(folder)), os.getpid(), child)
+"""
+
+
+def test_under_gunicorn_a_forked_worker_counts_in_its_own_file(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR each process writes its counts to a file of its own
+    (the process id learnt without asking the kernel each time, api.telemetry._process_id):
+    a forked process's counts start in its own file and add up with its parent's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", _FORKED_COUNTS], cwd=root, capture_output=True, text=True, check=True
+    ).stdout
+    assert 'agentcanvas_canvas_cache_total{outcome="hit"} 7.0' in out
+    *_, last = out.strip().splitlines()
+    files, parent, child = last.rsplit(" ", 2)
+    assert f"counter_{parent}.db" in files and f"counter_{child}.db" in files
+
+
 @pytest.fixture(scope="module")
 def spans() -> InMemorySpanExporter:
     """Finished spans of this process, as an exporter configured by the operator would get them."""
