@@ -29,8 +29,8 @@ from api.blueprints import register_all
 from api.blueprints.completions import CompletionLane
 from api.db import db as db_proxy  # not ``db``: that name would hide the api.db package
 from api.db import init_database
-from api.errors import TooLarge, headers_for, reply_for
-from api.http import JsonReplies, wsgi_text
+from api.errors import TooLarge
+from api.http import JsonReplies, error_reply, wsgi_text
 from api.openapi import spec
 from api.ratelimit import Limiter
 from api.telemetry import configure_tracing_once
@@ -277,8 +277,7 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
             )
         elif isinstance(exc, HTTPException) and exc.code and exc.code < 400:
             return exc
-        body, status = reply_for(exc)
-        return body, status, headers_for(exc)
+        return error_reply(exc)
 
     register_all(app)
     spec.register(app)  # /api/v1/openapi.json, from the routes' declared schemas

@@ -19,7 +19,7 @@ from werkzeug.datastructures import Headers
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 from werkzeug.utils import get_content_type
 
-from api.errors import SUCCESS, ArgumentError
+from api.errors import SUCCESS, ArgumentError, headers_for, reply_for
 
 #: The most messages one page of a transcript holds (``messages_page_size``).
 MAX_TRANSCRIPT_PAGE_SIZE = 1000
@@ -127,10 +127,25 @@ class JsonReplies(DefaultJSONProvider):
 
 def ok(data: Any = None, message: str = "success", **extra: Any) -> Response:
     """The success envelope (``extra`` adds top-level keys such as ``total``)."""
-    # jsonify() itself, without reading the app through its proxy.
-    return current_app._get_current_object().json.response(  # type: ignore[attr-defined]
-        {"code": SUCCESS, "message": message, "data": data, **extra}
-    )
+    return json_reply({"code": SUCCESS, "message": message, "data": data, **extra})
+
+
+def json_reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``jsonify(body)`` with its HTTP status and extra headers set (the app's JSON provider,
+    read without its proxy). Returned alone, Flask neither unpacks a tuple nor parses the
+    status again."""
+    reply = current_app._get_current_object().json.response(body)  # type: ignore[attr-defined]
+    if status != 200:
+        reply.status_code = status
+    if headers:
+        reply.headers.update(headers)
+    return reply
+
+
+def error_reply(exc: BaseException) -> Response:
+    """The reply to ``exc``: its envelope, status and headers (:func:`api.errors.reply_for`)."""
+    body, status = reply_for(exc)
+    return json_reply(body, status, headers_for(exc))
 
 
 def _body_bytes(req: Request) -> bytes:

@@ -20,23 +20,26 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app
+from flask import Blueprint, Flask, Response
 from flask.typing import ResponseReturnValue
 from pydantic import Field
 from werkzeug.exceptions import HTTPException
 
 from api.auth import authenticate, require_api_token
 from api.blueprints.openai_compat import openai_reply
-from api.errors import (
-    SUCCESS,
-    ArgumentError,
-    envelope,
-    headers_for,
-    reply_for,
-    retry_headers,
-    turn_failure_status,
+from api.errors import SUCCESS, ArgumentError, envelope, retry_headers, turn_failure_status
+from api.http import (
+    error_reply,
+    field,
+    flag,
+    json_body,
+    json_reply,
+    parse_json_object,
+    sse_frame,
+    sse_response,
+    tenant_id,
+    wsgi_text,
 )
-from api.http import field, flag, json_body, parse_json_object, sse_frame, sse_response, tenant_id, wsgi_text
 from api.openapi import Body, fits, plain_fields, spec
 from api.services.turns import Turn, TurnRequest, blocking_event, turn_service
 
@@ -115,28 +118,14 @@ def sse_reply(turn: Turn, return_trace: bool = False, sdk_text: bool = False) ->
     return sse_response(frames())
 
 
-def blocking_result(turn: Turn) -> tuple[dict, int, dict[str, str]]:
-    """Wait for the committed end of the turn: the reply's envelope (``data`` is the
-    turn's ending event), HTTP status and extra headers."""
+def blocking_reply(turn: Turn) -> Response:
+    """Wait for the committed end of the turn; ``data`` is its ending event."""
     result = turn.wait()
     event = blocking_event(result, turn.session_id)
     if result.status in ("succeeded", "paused"):
-        return envelope(SUCCESS, "success", event), 200, {}
+        return json_reply(envelope(SUCCESS, "success", event))
     code, status = turn_failure_status(result.status, result.error_type)
-    return envelope(code, result.error or "the turn failed", event), status, retry_headers(status)
-
-
-def blocking_reply(turn: Turn) -> Response:
-    """:func:`blocking_result` as Flask's reply, its status set: returned alone (a
-    success's status is the 200 it is made with), Flask neither unpacks a tuple nor
-    parses the status again."""
-    body, status, headers = blocking_result(turn)
-    reply = current_app._get_current_object().json.response(body)  # jsonify, without the proxy
-    if status != 200:
-        reply.status_code = status
-    if headers:
-        reply.headers.update(headers)
-    return reply
+    return json_reply(envelope(code, result.error or "the turn failed", event), status, retry_headers(status))
 
 
 def custom_header(body: dict) -> dict[str, str] | None:
@@ -178,8 +167,8 @@ def turn_request(
     )
 
 
-def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
-    req = turn_request(agent_id, body)
+def _complete(agent_id: str, body: dict, tenant: str | None = None) -> ResponseReturnValue:
+    req = turn_request(agent_id, body, tenant=tenant)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
     req.trace = return_trace  # without it the stream shows no node event: none is made
@@ -248,11 +237,10 @@ class CompletionLane:
     dispatched) was about a quarter of a blocking one's CPU time (bench/http.py's intake
     turn). Here it runs the same steps as the view, in the same order and through the
     same functions: :func:`~api.auth.authenticate` (the token, then the rate limit),
-    :func:`turn_request`, the turn service, then :func:`sse_reply` or
-    :func:`blocking_result`, under an app context (which gives the request's database
-    connection back at its end, as Flask's does: a streamed turn runs in a thread of its
-    own); its reply is the one Flask would make (``app.json``), an error's too
-    (:func:`~api.errors.reply_for`, as the app's error handler).
+    then the view's own :func:`_complete`, under an app context (which gives the
+    request's database connection back at its end, as Flask's does: a streamed turn runs
+    in a thread of its own); an error is answered by :func:`~api.http.error_reply`, as
+    the app's error handler answers it.
 
     It stands aside (every request goes to Flask) unless, at its first request, Flask
     would run nothing more for the route than it does: the route's view, and of hooks only
@@ -286,25 +274,13 @@ class CompletionLane:
         taken = self._take(environ) if self._on else None
         if taken is None:
             return self.wsgi_app(environ, start_response)
-        agent_id, body, stream, return_trace = taken
-        app = self.app
-        with app.app_context():
+        agent_id, body = taken
+        with self.app.app_context():
             try:
-                req = turn_request(agent_id, body, tenant=authenticate(environ))
-                req.trace = return_trace  # as _complete
-                turn = turn_service().start(req, inline=not stream)
-                if stream:
-                    reply = sse_reply(turn, return_trace, sdk_text=not return_trace)
-                    return reply(environ, start_response)
-                payload, status, headers = blocking_result(turn)
+                reply = _complete(agent_id, body, tenant=authenticate(environ))
             except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
-                payload, status = reply_for(exc)
-                headers = headers_for(exc)
-            reply = app.json.response(payload)
-        reply.status_code = status
-        if headers:
-            reply.headers.update(headers)
-        return reply(environ, start_response)
+                reply = error_reply(exc)
+            return reply(environ, start_response)
 
     def _flask_adds_nothing(self) -> bool:
         """Whether Flask would run, for the route, only what :meth:`__call__` runs too (then
@@ -338,9 +314,9 @@ class CompletionLane:
         app._got_first_request = True  # noqa: SLF001 - Flask's own flag for it
         return True
 
-    def _take(self, environ: dict) -> tuple[str, dict, bool, bool] | None:
-        """``(agent id, body, stream, return_trace)`` of a request this answers; else
-        ``None``, the body (if read) put back for Flask."""
+    def _take(self, environ: dict) -> tuple[str, dict] | None:
+        """``(agent id, body)`` of a request this answers; else ``None``, the body (if
+        read) put back for Flask."""
         if environ.get("REQUEST_METHOD") != "POST" or environ.get("CONTENT_TYPE") != "application/json":
             return None
         match = self._PATH.fullmatch(environ.get("PATH_INFO") or "")
@@ -362,8 +338,9 @@ class CompletionLane:
         try:
             body = parse_json_object(raw) if len(raw) == size else None
             if body is not None and fits(self._fields, body):
-                stream = flag(body.get("stream"), "stream", default=True)
-                return wsgi_text(match.group(1)), body, stream, flag(body.get("return_trace"), "return_trace")
+                for name in ("stream", "return_trace"):  # what _complete reads as flags
+                    flag(body.get(name), name)
+                return wsgi_text(match.group(1)), body
         except ArgumentError:  # Flask's view says so
             pass
         environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came
