@@ -8,17 +8,12 @@ date here, so every process that builds the app can serve at once.
 
 from __future__ import annotations
 
-import sys
 import time
 from inspect import iscoroutinefunction
-from itertools import chain
 from typing import Any
 
 from flask import Flask
-from flask.globals import _cv_request
-from flask.sansio.scaffold import _sentinel
 from flask.sessions import SecureCookieSessionInterface
-from flask.signals import request_tearing_down
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, MapAdapter
 from werkzeug.routing.matcher import StateMachineMatcher
@@ -164,15 +159,7 @@ class _Routes(Map):
 
 class App(Flask):
     """Flask, minus per-request work the API does not need (see :class:`_NoCookieSessions`,
-    :meth:`ensure_sync`, :class:`_RouteMemory`, :meth:`_Routes.bind_to_environ`).
-
-    Flask's request steps below (:meth:`dispatch_request`, :meth:`preprocess_request`,
-    :meth:`process_response`, :meth:`do_teardown_request`) are Flask 3's, reading the
-    request from its context (``_cv_request``) instead of through the ``request`` proxy:
-    an attribute read through a werkzeug proxy is a failed look-up first (an
-    AttributeError made, its message formatted, then dropped), 0.7 us each against
-    0.02, and Flask made four a request.
-    """
+    :meth:`ensure_sync`, :class:`_RouteMemory`, :meth:`_Routes.bind_to_environ`)."""
 
     session_interface = _NoCookieSessions()
     url_map_class = _Routes
@@ -182,51 +169,6 @@ class App(Flask):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._sync: dict[Any, Any] = {}
-
-    def dispatch_request(self) -> Any:
-        req = _cv_request.get().request
-        if req.routing_exception is not None:
-            self.raise_routing_exception(req)
-        rule = req.url_rule
-        if getattr(rule, "provide_automatic_options", False) and req.method == "OPTIONS":
-            return self.make_default_options_response()
-        return self.ensure_sync(self.view_functions[rule.endpoint])(**req.view_args)
-
-    def preprocess_request(self) -> Any:
-        req = _cv_request.get().request
-        names = (None, *reversed(req.blueprints))
-        for name in names:
-            if name in self.url_value_preprocessors:
-                for url_func in self.url_value_preprocessors[name]:
-                    url_func(req.endpoint, req.view_args)
-        for name in names:
-            if name in self.before_request_funcs:
-                for before_func in self.before_request_funcs[name]:
-                    rv = self.ensure_sync(before_func)()
-                    if rv is not None:
-                        return rv
-        return None
-
-    def process_response(self, response: Any) -> Any:
-        ctx = _cv_request.get()
-        for func in ctx._after_request_functions:
-            response = self.ensure_sync(func)(response)
-        for name in chain(ctx.request.blueprints, (None,)):
-            if name in self.after_request_funcs:
-                for func in reversed(self.after_request_funcs[name]):
-                    response = self.ensure_sync(func)(response)
-        if not self.session_interface.is_null_session(ctx._session):
-            self.session_interface.save_session(self, ctx._session, response)
-        return response
-
-    def do_teardown_request(self, exc: Any = _sentinel) -> None:
-        if exc is _sentinel:
-            exc = sys.exc_info()[1]
-        for name in chain(_cv_request.get().request.blueprints, (None,)):
-            if name in self.teardown_request_funcs:
-                for func in reversed(self.teardown_request_funcs[name]):
-                    self.ensure_sync(func)(exc)
-        request_tearing_down.send(self, _async_wrapper=self.ensure_sync, exc=exc)
 
     def ensure_sync(self, func: Any) -> Any:
         """Flask's, remembered per function: it asked ``iscoroutinefunction`` of every

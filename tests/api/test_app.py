@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
-from flask import Blueprint, Flask, request
+from flask import Blueprint, Flask
 from flask.json.provider import DefaultJSONProvider
 
 from api import create_app, stop_background
@@ -177,59 +177,6 @@ def test_routes_remembered_by_the_app_answer_as_flask_routes_them():
         )
     assert answers[0] == answers[1]
     assert ours.url_map._matcher._known  # it did remember
-
-
-def _hooked(app: Flask, calls: list[str]) -> Flask:
-    """``app`` with a nested blueprint and every kind of request hook, each noting its call."""
-    outer, inner = (
-        Blueprint("outer", __name__, url_prefix="/o"),
-        Blueprint("inner", __name__, url_prefix="/i"),
-    )
-
-    def note(name: str, result: Any = None) -> Any:
-        def hook(*args: Any) -> Any:
-            calls.append(f"{name}{args[1:] if name.startswith('url') else ''}")
-            return args[0] if name.startswith("after") else result
-
-        return hook
-
-    @inner.get("/<lang>/page")
-    def page(lang: str) -> str:
-        calls.append(f"view {lang}")
-        return f"page {lang}"
-
-    @inner.get("/stop")
-    def stopped() -> str:
-        return "never"
-
-    for scope, name in ((app, "app"), (outer, "outer"), (inner, "inner")):
-        scope.url_value_preprocessor(note(f"url {name}"))
-        scope.before_request(note(f"before {name}"))
-        scope.after_request(note(f"after {name}"))
-        scope.teardown_request(note(f"teardown {name}"))
-    inner.before_request(lambda: "stopped" if request.path.endswith("/stop") else None)
-    outer.register_blueprint(inner)
-    app.register_blueprint(outer)
-    return app
-
-
-def test_the_app_runs_request_hooks_as_flask_does():
-    """api.App's request steps (its dispatch, before, after and teardown hooks, read without
-    the request proxy) call the app's and nested blueprints' hooks as Flask does, in the
-    same order, a before_request reply included; routing errors are answered the same."""
-    from api import App
-
-    answers = []
-    for app in (App("ours"), Flask("theirs")):
-        calls: list[str] = []
-        client = _hooked(app, calls).test_client()
-        replies = [
-            (r.status_code, r.get_data()) for path in ("/o/i/en/page", "/o/i/stop", "/nowhere")
-            for r in [client.get(path)]
-        ]  # fmt: skip
-        answers.append((replies, calls))
-    assert answers[0] == answers[1]
-    assert "view en" in answers[0][1]
 
 
 def test_the_route_memory_forgets_when_full_and_when_rules_change():
