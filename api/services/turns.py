@@ -33,7 +33,6 @@ proceeds from the last committed snapshot.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import itertools
@@ -1099,28 +1098,10 @@ def _session_of_task(tenant_id: str, task_id: str) -> Session | None:
     )
 
 
-#: Random bytes for ids, 8 at a time, drawn from ``os.urandom`` in batches: one system
-#: call (0.4 us here, and the kernel's caches) per :data:`_RANDOM_BATCH` turns, not per turn.
-#: A forked process starts with none (else parent and child would hand out the same ids).
-_RANDOM: collections.deque[bytes] = collections.deque()
-_RANDOM_BATCH = 512
-os.register_at_fork(after_in_child=_RANDOM.clear)
-
-
-def _random_8() -> bytes:
-    """8 bytes of ``os.urandom`` (see :data:`_RANDOM`)."""
-    while True:
-        try:
-            return _RANDOM.popleft()  # atomic: two threads never get the same bytes
-        except IndexError:
-            batch = os.urandom(8 * _RANDOM_BATCH)
-            _RANDOM.extend(batch[i : i + 8] for i in range(0, len(batch), 8))
-
-
 def turn_id(session_id: str) -> tuple[str, str]:
     """A turn's id, a version-4 UUID as ``(hex, text with dashes)`` (its task id and its
     message id), whose first half is the first half of ``session_id`` (itself a UUID's
-    hex) and whose second half is random (62 bits of ``os.urandom``, see :data:`_RANDOM`).
+    hex) and whose second half is random (62 bits of ``os.urandom``).
 
     The task id so names its session: a cancel finds the session by its primary key
     (:meth:`TurnService.request_cancel`), so ``session.task_id``, which a turn sets
@@ -1128,8 +1109,8 @@ def turn_id(session_id: str) -> tuple[str, str]:
     records a new task id (0.5 of the 7.9 pages per request of bench/wal.py's
     pause/resume turns; every request of a conversation without forms).
     """
-    head = session_id[:16] if _is_hex(session_id[:16]) else _random_8().hex()
-    raw = bytearray(bytes.fromhex(head) + _random_8())
+    head = session_id[:16] if _is_hex(session_id[:16]) else os.urandom(8).hex()
+    raw = bytearray(bytes.fromhex(head) + os.urandom(8))
     raw[6] = raw[6] & 0x0F | 0x40  # version 4
     raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
     text = raw.hex()

@@ -408,39 +408,3 @@ def test_a_non_ascii_snapshot_is_stored_as_its_utf8(api: Api, backend: str):
                 "SELECT typeof(packed) FROM kept_state WHERE session_id = ? AND round = 2", (session_id,)
             )
             assert kind.fetchone() == ("blob",)
-
-
-_IDS_AFTER_FORK = """
-import os, uuid
-from api.services.turns import turn_id
-session = "0123456789abcdef0123456789abcdef"
-first = turn_id(session)  # the parent has drawn a batch of random bytes
-read, write = os.pipe()
-child = os.fork()
-if child == 0:
-    os.write(write, turn_id(session)[0].encode())
-    os._exit(0)
-os.waitpid(child, 0)
-theirs = os.read(read, 64).decode()
-ours = [turn_id(session) for _ in range(600)]  # past the batch: drawn again
-assert all(str(uuid.UUID(h)) == text and uuid.UUID(h).version == 4 for h, text in [first, *ours])
-assert len({h for h, _ in ours} | {first[0]}) == 601
-print(theirs in {h for h, _ in ours})
-"""
-
-
-def test_turn_ids_are_uuid4_and_a_forked_worker_never_repeats_its_parents():
-    """Turn ids take their random half from bytes drawn in batches (turns._RANDOM); a
-    forked process (a gunicorn worker) draws its own, never its parent's next ones."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    out = subprocess.run(
-        [sys.executable, "-c", _IDS_AFTER_FORK],
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert out.strip() == "False"
