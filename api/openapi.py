@@ -128,38 +128,14 @@ class _Plugin(FlaskPlugin):
         try:
             self.request_validation(req, query, json, form, headers, cookies)
         except self.model_adapter.validation_error as err:
-            self.refuse(req, err, before, validation_error_status)
+            # refuse_invalid raises the 400 in our words; spectree's own reply otherwise.
+            response = make_response(
+                jsonify(self.model_adapter.validation_errors(err)), validation_error_status
+            )
+            before(req, response, err, None, self.model_adapter)
+            abort(response)
         before(req, None, None, None, self.model_adapter)
         return func(*args, **kwargs)
-
-    def refuse(self, req: Any, err: Exception, before: Any, status: int) -> None:
-        """Answer a request its schema refused: ``before`` (refuse_invalid raises the 400 in
-        our words), else spectree's own reply."""
-        response = make_response(jsonify(self.model_adapter.validation_errors(err)), status)
-        before(req, response, err, None, self.model_adapter)
-        abort(response)
-
-    def json_view(self, func: Callable, model: Any, before: Any, status: int) -> Callable:
-        """The view checked as :meth:`validate` checks a route that declares a JSON body
-        alone (no reply model, no ``after`` hook): a body whose declared keys hold their
-        plain kinds is valid as it is, any other is validated by pydantic.
-
-        One call where spectree's wrapper and :meth:`validate` took two with a dozen
-        arguments each, on every request of such a route.
-        """
-        adapter = self.model_adapter
-        refused = adapter.validation_error
-
-        def view(*args: Any, **kwargs: Any) -> Any:
-            req = request._get_current_object()  # type: ignore[attr-defined] - one context lookup
-            try:
-                self.request_validation(req, None, model, None, None, None)
-            except refused as err:
-                self.refuse(req, err, before, status)
-            before(req, None, None, None, adapter)
-            return func(*args, **kwargs)
-
-        return view
 
     def validate_response(
         self, resp: Any, resp_model: Any, skip_validation: bool, force_resp_serialize: bool
@@ -300,33 +276,7 @@ def _responses(path: str, operation: dict) -> dict:
 
 class _Spec(SpecTree):
     """spectree, with a reply described for every route (RAGFlow's envelope) and the
-    view's docstring as the operation's description; a route that declares a JSON body
-    alone is checked by one wrapper (:meth:`_Plugin.json_view`)."""
-
-    def validate(self, *args: Any, **kwargs: Any) -> Callable:
-        decorate = super().validate(*args, **kwargs)
-        json_model = kwargs.get("json")
-        others = ("query", "form", "headers", "cookies", "resp", "after", "before")
-        if (
-            args
-            or json_model is None
-            or any(kwargs.get(name) is not None for name in others)
-            or kwargs.get("skip_validation")
-            or self.config.annotations
-            or self.after is not default_after_handler
-            or type(self.backend) is not _Plugin
-        ):
-            return decorate
-        status = kwargs.get("validation_error_status") or self.validation_error_status
-
-        def decorate_json(func: Callable) -> Callable:
-            # spectree's wrapper stays registered (the document reads its declaration,
-            # found through __wrapped__); requests go through the one made here.
-            registered = decorate(func)
-            view = self.backend.json_view(func, json_model, self.before, status)
-            return functools.wraps(registered)(view)
-
-        return decorate_json
+    view's docstring as the operation's description."""
 
     def _generate_spec(self) -> dict:
         document = super()._generate_spec()
