@@ -38,7 +38,13 @@ the share of its time spent refilling them. A server process runs one engine's t
 one after another, which blocks of turns come closer to; ``--block 1,7`` runs both
 (fresh subjects for each) and prints both, so the effect is shown, not chosen.
 
-    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--block 1,7] [--no-mysql] [--no-postgres]
+``--gap MS`` sleeps that long before each turn (untimed), as a client that takes a
+moment between requests: a CPU that went idle runs the next turn slower (its caches
+cold, here a virtual CPU the host used meanwhile), a fixed cost that weighs more on a
+short turn than on a long one. Gaps are listed like blocks (``--gap 0,5``: a run each).
+
+    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--block 1,7] [--gap 0,5]
+        [--no-mysql] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -163,13 +169,14 @@ CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
 def play(
-    subjects: dict[str, object], points: list[int], window: int, block: int = 1
+    subjects: dict[str, object], points: list[int], window: int, block: int = 1, gap: float = 0.0
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
     """Every subject plays the conversation, interleaved; the timed windows.
 
     Interleaved by blocks of ``block`` turns: subject A plays turns 1..block, then B plays
     the same turns, then C..., then A plays the next block, the order rotating from block
-    to block so that no subject always goes first. ``block=1`` is turn by turn.
+    to block so that no subject always goes first. ``block=1`` is turn by turn. With
+    ``gap`` (seconds), each turn comes after a sleep that long, not timed.
     Each timed turn is measured twice: wall time, and this process's CPU time (every
     thread's: LangGraph runs its nodes in a pool), which a busy machine disturbs less.
     Returns ``{clock: {subject: {point: [seconds per turn]}}}``.
@@ -182,6 +189,8 @@ def play(
         shift = (first // block) % len(names)
         for name in names[shift:] + names[:shift]:  # a rotating order: no subject always first
             for i in range(first, min(first + block, last + 1)):
+                if gap:
+                    time.sleep(gap)
                 wall, cpu = time.perf_counter(), time.process_time()
                 subjects[name].turn(i)
                 if i in windows:
@@ -271,6 +280,11 @@ def main() -> int:
         default="1",
         help="turns a subject plays before the next takes over (comma-separated: one run each)",
     )
+    parser.add_argument(
+        "--gap",
+        default="0",
+        help="ms of idle before each turn, untimed (comma-separated: one run each, by blocks of the first --block)",
+    )
     parser.add_argument("--uncached", action="store_true", help="also run ours with the canvas cache off")
     args = parser.parse_args()
     points = [int(p) for p in args.points.split(",")]
@@ -285,10 +299,13 @@ def main() -> int:
 
     cleanups: list = []
 
-    def make_groups(block: int) -> list[tuple[str, dict[str, object]]]:
-        """Fresh subjects on fresh databases for a run interleaved by blocks of ``block``."""
+    def make_groups(block: int, gap: float) -> list[tuple[str, dict[str, object]]]:
+        """Fresh subjects on fresh databases for a run interleaved by blocks of ``block``
+        (``gap`` ms of idle before each turn)."""
         how = "turn by turn" if block == 1 else f"by blocks of {block} turns"
-        tag = f"b{block}"
+        if gap:
+            how += f", {gap:g} ms idle before each turn"
+        tag = f"b{block}-g{gap:g}"
         groups: list[tuple[str, dict[str, object]]] = []
         for sync in args.durability.split(","):
             subjects: dict[str, object] = {
@@ -347,10 +364,14 @@ def main() -> int:
 
     try:
         results = []
-        for block in [int(b) for b in args.block.split(",")]:
-            for group, subjects in make_groups(block):
+        blocks = [int(b) for b in args.block.split(",")]
+        gaps = [float(g) for g in args.gap.split(",")]
+        # every block size without a gap (unless 0 is not asked for), then each gap turn by blocks[0]
+        runs = [(b, 0.0) for b in blocks if 0 in gaps] + [(blocks[0], g) for g in gaps if g]
+        for block, gap in runs:
+            for group, subjects in make_groups(block, gap):
                 print(f"  playing {group}", file=sys.stderr)
-                results.append((group, play(subjects, points, args.window, block)))
+                results.append((group, play(subjects, points, args.window, block, gap / 1000)))
                 for subject in subjects.values():
                     subject.close()
         for group, times in results:
