@@ -366,7 +366,7 @@ def main() -> int:
         results = []
         blocks = [int(b) for b in args.block.split(",")]
         gaps = [float(g) for g in args.gap.split(",")]
-        # every block size without a gap (unless 0 is not asked for), then each gap turn by blocks[0]
+        # each block size without idle (where 0 is one of the gaps), then each other gap by the first block size
         runs = [(b, 0.0) for b in blocks if 0 in gaps] + [(blocks[0], g) for g in gaps if g]
         for block, gap in runs:
             for group, subjects in make_groups(block, gap):
