@@ -9,7 +9,9 @@ timed over a window of turns starting at turns 10, 100 and 1,000, in wall time a
 this process's CPU time (all its threads; a machine busy with other work disturbs it
 less). Figures are the median over the window with its spread (25th–75th percentile);
 a ratio is the median of the per-turn ratios of two subjects' same-numbered turns,
-which ran moments apart.
+which ran moments apart. ``LangGraph + SqliteSaver / floor sqlite, 1 commit`` is printed
+too: the ratio a turn as cheap as the floor's minimal one would reach, the room there is
+for ours' ``LangGraph / ours``.
 
 SQLite subjects run in WAL mode with the same ``synchronous`` setting, reported as two
 row groups: ``NORMAL`` (our default) and ``FULL`` (SQLite's default, an fsync per
@@ -250,20 +252,22 @@ def report(group: str, times: dict[str, dict[int, list[float]]], points: list[in
         growth = statistics.median(by_point[points[-1]]) / statistics.median(by_point[points[0]])
         print(f"{name:<30}{cells}{growth:>11.2f}x")
     ours = next(n for n in times if n.startswith("ours"))
+    langgraph = next((n for n in times if n.startswith("LangGraph")), None)
+    floor = next((n for n in times if n.startswith("floor") and n.endswith(", 1 commit")), None)
     print("paired per-turn ratios, median [25th–75th percentile]:")
-    for other in times:
-        if other == ours:
-            continue
-        label = f"{other} / ours" if other.startswith("LangGraph") else f"ours / {other}"
+    rows = [(other, ours) if other == langgraph else (ours, other) for other in times if other != ours]
+    if langgraph and floor:
+        # The ratio a turn as cheap as the floor's (one commit a request) would show.
+        rows.append((langgraph, floor))
+    labels = [" / ".join("ours" if n == ours else n for n in pair) for pair in rows]
+    width = max(28, *map(len, labels))
+    for (top, bottom), label in zip(rows, labels, strict=True):
         cells = ""
         for p in points:
-            if other.startswith("LangGraph"):
-                pairs = [b / a for a, b in zip(times[ours][p], times[other][p], strict=True)]
-            else:
-                pairs = [a / b for a, b in zip(times[ours][p], times[other][p], strict=True)]
+            pairs = [a / b for a, b in zip(times[top][p], times[bottom][p], strict=True)]
             q1, q2, q3 = quartiles(pairs)
             cells += f"{f'{q2:.2f}x [{q1:.2f}–{q3:.2f}]':>24}"
-        print(f"  {label:<28}{cells}")
+        print(f"  {label:<{width}}{cells}")
 
 
 def main() -> int:
