@@ -244,8 +244,12 @@ def run_gunicorn(
 def serve(host: str, port: int, workers: int, threads: int, dev: bool = False) -> int:
     """Run the app: gunicorn (threaded workers), or Flask's own server with ``dev``."""
     config = _open_db()
+    from agent.llm.client import load_sdk
     from api import create_app
 
+    # The model client's package, imported by this process before its workers fork, so
+    # no turn waits for it (the commands that serve nothing never load it).
+    load_sdk()
     if dev:
         create_app().run(host=host, port=port, threaded=True)
         return 0

@@ -142,3 +142,17 @@ def test_quickstart_makes_the_sample_dataset_that_the_docs_assistant_cites(cli, 
         assert "[ID:" in reply["data"]["content"]
         assert reply["reference"]["doc_aggs"][0]["doc_name"] == "knowledge-bases.md"
     assert "already there" in cli("quickstart", "--no-serve").stdout
+
+
+def test_a_command_starts_without_the_model_client():
+    """``openai`` is the app's largest import (about half of a command's start-up): a
+    command loads it only when a model is called (``serve``: before its workers fork)."""
+    code = (
+        "import sys, api.cli\n"
+        "print('openai' in sys.modules)\n"
+        "from agent.llm.client import load_sdk\n"
+        "print(load_sdk().__name__, 'openai' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "openai", "True"]
