@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, MapAdapter
 from werkzeug.routing.matcher import StateMachineMatcher
 
+from agent.llm.client import load_sdk
 from agent.settings import load_settings
 from api import config as app_config
 from api.blueprints import register_all
@@ -193,6 +194,9 @@ def create_app(config: dict[str, Any] | None = None) -> Flask:
 
     init_database(app.config["DATABASE_URL"], int(app.config["DB_MAX_CONNECTIONS"]))
     configure_tracing_once()
+    # The model client's package (agent.llm.client imports it lazily, for the CLI's sake):
+    # loaded with the app, however it is served, so that no turn waits for the import.
+    load_sdk()
 
     # Imported here: the turn service needs the configured app.
     from api.services.turns import TurnService

@@ -83,8 +83,8 @@ def load_sdk():  # noqa: ANN201 - the openai module
     """The ``openai`` package, imported when it is first needed rather than with this module.
 
     It is the largest import of the app: importing ``api.cli`` took 1.8–2.7 s with it and
-    1.0–1.3 s without (a slow machine), which every CLI command paid. ``agentcanvas serve``
-    calls this before its workers fork, so no turn waits for the import.
+    1.0–1.3 s without (a slow machine), which every CLI command paid. ``create_app`` calls
+    this, and ``agentcanvas serve`` before its workers fork: no turn waits for the import.
     """
     import openai
 
