@@ -241,33 +241,34 @@ def postgres_database() -> tuple[str, object]:
 
 
 def report(group: str, times: dict[str, dict[int, list[float]]], points: list[int], clock: str) -> None:
+    ours = next(n for n in times if n.startswith("ours"))
+    langgraph = next((n for n in times if n.startswith("LangGraph")), None)
+    floor = next((n for n in times if n.startswith("floor") and n.endswith(", 1 commit")), None)
+    rows = [(other, ours) if other == langgraph else (ours, other) for other in times if other != ours]
+    if langgraph and floor:
+        # The ratio a turn as cheap as the floor's (one commit a request) would show.
+        rows.append((langgraph, floor))
+    labels = [" / ".join("ours" if n == ours else n for n in pair) for pair in rows]
+    # One name column for both tables, so that every figure sits under its turn's heading.
+    width = max(30, *map(len, times), *(2 + len(label) for label in labels))
     head = "".join(f"{'turn ' + str(p):>24}" for p in points)
     print(f"\n{group}: {clock} ms per pause+resume turn, median [25th–75th percentile]")
-    print(f"{'subject':<30}{head}{'last/first':>12}")
+    print(f"{'subject':<{width}}{head}{'last/first':>12}")
     for name, by_point in times.items():
         cells = ""
         for p in points:
             q1, q2, q3 = quartiles(by_point[p])
             cells += f"{f'{q2 * 1000:.2f} [{q1 * 1000:.2f}–{q3 * 1000:.2f}]':>24}"
         growth = statistics.median(by_point[points[-1]]) / statistics.median(by_point[points[0]])
-        print(f"{name:<30}{cells}{growth:>11.2f}x")
-    ours = next(n for n in times if n.startswith("ours"))
-    langgraph = next((n for n in times if n.startswith("LangGraph")), None)
-    floor = next((n for n in times if n.startswith("floor") and n.endswith(", 1 commit")), None)
+        print(f"{name:<{width}}{cells}{growth:>11.2f}x")
     print("paired per-turn ratios, median [25th–75th percentile]:")
-    rows = [(other, ours) if other == langgraph else (ours, other) for other in times if other != ours]
-    if langgraph and floor:
-        # The ratio a turn as cheap as the floor's (one commit a request) would show.
-        rows.append((langgraph, floor))
-    labels = [" / ".join("ours" if n == ours else n for n in pair) for pair in rows]
-    width = max(28, *map(len, labels))
     for (top, bottom), label in zip(rows, labels, strict=True):
         cells = ""
         for p in points:
             pairs = [a / b for a, b in zip(times[top][p], times[bottom][p], strict=True)]
             q1, q2, q3 = quartiles(pairs)
             cells += f"{f'{q2:.2f}x [{q1:.2f}–{q3:.2f}]':>24}"
-        print(f"  {label:<{width}}{cells}")
+        print(f"  {label:<{width - 2}}{cells}")
 
 
 def main() -> int:
