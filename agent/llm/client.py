@@ -212,6 +212,7 @@ class ChatClient:
         ``limits`` holds the request's ``timeout``: the time left, so that the helper
         thread (see the module docstring) ends soon after an abandoned wait.
         """
+        openai = load_sdk()
         client = _openai_client(self.config)
         attempt = 0
         while True:
@@ -225,15 +226,15 @@ class ChatClient:
                 raise
             except ComponentTimeout as e:
                 raise self.translate(e) from None
-            except load_sdk().APIStatusError as e:
+            except openai.APIStatusError as e:
                 status = e.status_code
                 if (status == 429 or status >= 500) and attempt < self.config.max_retries:
                     self.sleep(self._backoff(attempt, e.response.headers))
                     attempt += 1
                     continue
                 raise self._status_error(e, attempt) from None
-            except load_sdk().OpenAIError as e:
-                if isinstance(e, load_sdk().APITimeoutError) or deadlines.is_timeout(e):
+            except openai.OpenAIError as e:
+                if isinstance(e, openai.APITimeoutError) or deadlines.is_timeout(e):
                     try:
                         deadlines.raise_if_spent(wait)
                     except ComponentTimeout as spent:
@@ -323,6 +324,7 @@ class ChatStream:
             self._call.finish(usage=self._usage)
 
     def _read(self) -> Iterator[str]:
+        openai = load_sdk()
         try:
             client = self._client
             for chunk in deadlines.iterate(
@@ -347,7 +349,7 @@ class ChatStream:
                         yield delta.content
         except (Cancelled, LimitError):
             raise
-        except (load_sdk().OpenAIError, OSError, ComponentTimeout) as e:
+        except (openai.OpenAIError, OSError, ComponentTimeout) as e:
             raise self._client.translate(e) from None
         except Exception as e:
             if deadlines.is_timeout(e) or type(e).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
