@@ -208,11 +208,27 @@ def _next_attempt(monitor: Any, replies: list, seen: set[str], what: str) -> set
     try:
         return until(lambda: _waiting_inserts(monitor, replies) - seen, what, step=0.1)
     except AssertionError:
-        with monitor.cursor() as cur:
+        with monitor.cursor() as cur:  # no wsrep_sync_wait: it would wait for the applier too
             cur.execute(
                 "SELECT trx_id, trx_state, trx_started, LEFT(trx_query, 160) FROM information_schema.INNODB_TRX"
             )
-            pytest.fail(f"gave up waiting for {what}; node 1's transactions: {cur.fetchall()}")
+            transactions = cur.fetchall()
+            # Whether node 1 received node 2's write, applied it, and brute-force aborted
+            # the attempt holding the session row (an applier waiting for a lock shows here).
+            cur.execute(
+                "SHOW STATUS WHERE Variable_name IN ('wsrep_local_bf_aborts', 'wsrep_local_recv_queue',"
+                " 'wsrep_flow_control_paused', 'wsrep_last_committed', 'wsrep_local_state_comment')"
+            )
+            status = dict(cur.fetchall())
+            cur.execute(
+                "SELECT id, state, time, LEFT(info, 120) FROM information_schema.PROCESSLIST"
+                " WHERE user = 'system user' AND info IS NOT NULL"
+            )
+            appliers = cur.fetchall()
+        pytest.fail(
+            f"gave up waiting for {what}; node 1's transactions: {transactions}; "
+            f"its wsrep status: {status}; its busy applier threads: {appliers}"
+        )
 
 
 def _waiting_inserts(monitor: Any, replies: list | None = None) -> set[str]:
