@@ -9,8 +9,14 @@ measurement and served with the same gunicorn settings (``--workers``/``--thread
 * **floor**: ``bench/floor_app.py``, a bare Flask app doing one equivalent database
   transaction per request (read the 6 KB snapshot row, parse it, write it back with
   a version check, append two message rows) with the same driver;
-* **langgraph**: ``langgraph dev`` (``langgraph-cli[inmem]``, the ``bench`` extra)
-  running the same greet → interrupt → reply graph, where it is installed;
+* **langgraph**: ``langgraph dev`` running the same greet → interrupt → reply graph,
+  where ``langgraph-cli[inmem]`` is installed: not in the ``bench`` extra, as its
+  ``langgraph-api`` pins ``jsonschema-rs`` below what the ``test`` extra's schemathesis
+  needs; install it in a virtual environment of its own and name its CLI with
+  ``--langgraph`` (by default, a ``langgraph`` beside this Python). Measured with
+  langgraph-api 0.16.7 (langgraph-runtime-inmem 0.36.7): a lone client's blocking run
+  is answered about 1 s after it is sent, whatever the graph, so at 1 client its row
+  measures that wait rather than the turn;
 
 on SQLite, MariaDB and PostgreSQL. ours and floor are both served by ``api.cli.run_gunicorn``
 (the same gthread workers, the same least-connections spreading of keep-alive connections
@@ -24,6 +30,7 @@ round, one right after the other.
 
     .venv/bin/python bench/http.py [--clients 1,4,16,64] [--rounds 5] [--seconds 3] [--no-mysql]
     .venv/bin/python bench/http.py --uncached  # also ours with the canvas cache off
+    .venv/bin/python bench/http.py --langgraph /tmp/lg/bin/langgraph  # langgraph-cli[inmem] in a venv of its own
     .venv/bin/python bench/http.py --check     # CI: fail if ours/floor > 2x the recorded ratio
     .venv/bin/python bench/http.py --record    # measure and write bench/http_baseline.json
 """
@@ -240,8 +247,7 @@ def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -
     return subject
 
 
-def start_langgraph(workers: int, sessions: int, tmp: str) -> Subject | None:
-    cli = os.path.join(BIN, "langgraph")
+def start_langgraph(cli: str, workers: int, sessions: int, tmp: str) -> Subject | None:
     if not os.path.exists(cli):
         return None
     folder = os.path.join(tmp, "langgraph")
@@ -476,7 +482,9 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                 for backend, url_for in backends
             }
             lg_future = (
-                None if args.no_langgraph else pool.submit(start_langgraph, args.workers, sessions, tmp)
+                None
+                if args.no_langgraph
+                else pool.submit(start_langgraph, args.langgraph, args.workers, sessions, tmp)
             )
             failure = None
             for backend, futures in starting.items():
@@ -491,7 +499,8 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                     subjects["sqlite"].append(lg)  # in memory: listed once, beside the SQLite rows
                 else:
                     print(
-                        "  langgraph dev not installed (pip install -e '.[bench]'): left out", file=sys.stderr
+                        f"  no langgraph CLI at {args.langgraph} (langgraph-cli[inmem], see --help): left out",
+                        file=sys.stderr,
                     )
             if failure is not None:
                 raise failure
@@ -613,6 +622,11 @@ def main() -> int:
     parser.add_argument("--no-mysql", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-langgraph", action="store_true")
+    parser.add_argument(
+        "--langgraph",
+        default=os.path.join(BIN, "langgraph"),
+        help="the langgraph CLI of langgraph-cli[inmem] (best in a virtual environment of its own)",
+    )
     parser.add_argument(
         "--uncached", action="store_true", help="also measure ours with the canvas cache off ('uncached')"
     )
