@@ -1168,6 +1168,59 @@ class ReconnectingPooledPostgresqlDatabase(
     # The models' LONGTEXT and LONGBLOB (for MySQL) are TEXT and BYTEA here: both unbounded.
     field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT", "LONGBLOB": "BYTEA"}
 
+    def defer(self, sql: str, params: tuple | list) -> Sent:
+        """Run the write ``sql`` as part of the open transaction, sent with the other writes
+        deferred after it in one round trip (psycopg's pipeline mode) when its answer, or
+        another statement, is wanted; outside a transaction (or where libpq has no
+        pipeline mode), now.
+
+        They go before the transaction's next statement (:meth:`execute_sql`), when a
+        ``Sent.rowcount`` is read, and at the latest before ``COMMIT``
+        (:meth:`flush_deferred`): an error of one is raised there and the transaction is
+        lost, as if it had been run at once. A turn's end (the session's ``UPDATE``, its
+        state, its messages) so costs one round trip instead of three.
+        """
+        conn = self._state.conn
+        if conn is None or not self.in_transaction() or not _pipeline_supported():
+            return Sent(None, self.execute_sql(sql, params).rowcount)
+        held = getattr(self._state, "deferred", None)
+        if held is None or held[0] is not conn:  # none yet, or of a connection since let go
+            held = self._state.deferred = (conn, [])
+        sent = Sent(self)
+        held[1].append((sql, params, sent))
+        return sent
+
+    def flush_deferred(self) -> None:
+        """Send the deferred writes now (if any), in one round trip, and read their answers."""
+        held = getattr(self._state, "deferred", None)
+        if not held:
+            return
+        self._state.deferred = None
+        conn, writes = held
+        if conn is not self._state.conn or not writes:  # its connection is gone, and they with it
+            return
+        cursors = []
+        with __exception_wrapper__, conn.pipeline():
+            for sql, params, sent in writes:
+                cursor = conn.cursor()
+                cursor.execute(sql, params)
+                cursors.append((cursor, sent))
+        for cursor, sent in cursors:
+            sent.rowcount = cursor.rowcount
+
+    def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
+        if getattr(self._state, "deferred", None):
+            self.flush_deferred()  # the transaction's writes, in order, before what follows
+        return super().execute_sql(sql, params)
+
+    def commit(self) -> None:
+        self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
+        return super().commit()
+
+    def rollback(self) -> None:
+        self._state.deferred = None  # never sent, so never applied
+        return super().rollback()
+
     def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a psycopg connection
         # peewee checks an idle pooled connection with SELECT 1, a round trip per
         # request. A connection the server ended (restart, crash, pg_terminate_backend)
@@ -1185,6 +1238,14 @@ class ReconnectingPooledPostgresqlDatabase(
         except Exception:  # noqa: BLE001 - no socket to look at (psycopg's OperationalError, OSError)
             return True
         return super()._is_closed(conn) if said_something else False
+
+
+@functools.cache
+def _pipeline_supported() -> bool:
+    """Whether the libpq psycopg uses has pipeline mode (14 and later)."""
+    import psycopg
+
+    return psycopg.Pipeline.is_supported()
 
 
 #: This process's id, kept up to date by a fork handler: os.getpid() is a system call,
@@ -2056,6 +2117,9 @@ def insert_rows(table: str, columns: tuple[str, ...], rows: list[tuple]) -> None
         return
     marks = ", ".join([db.obj.param] * len(columns))
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+    flush = getattr(db.obj, "flush_deferred", None)
+    if flush is not None:
+        flush()  # the transaction's deferred writes first, in order (this cursor bypasses execute_sql)
     cursor = db.cursor()
     try:
         cursor.executemany(sql, rows)

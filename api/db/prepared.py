@@ -142,8 +142,9 @@ class Prepared:
     def send(self, values: dict[str, Any] | None = None, /, **named: Any) -> Sent:
         """Run a write as part of the open transaction without waiting for its answer
         where the database allows it (MySQL: it goes with the transaction's next
-        statement, at the latest before ``COMMIT``; elsewhere, and outside a
-        transaction, it runs now). For writes whose outcome the transaction need not
+        statement; Postgres: with the other writes sent after it, in one pipeline,
+        before the next statement; both at the latest before ``COMMIT``; on SQLite, and
+        outside a transaction, it runs now). For writes whose outcome the transaction need not
         know at once: their ``Sent.rowcount``, when read, waits for the answer. An error
         of the write is raised by a later statement or the ``COMMIT``, and the
         transaction is lost. The values as :meth:`execute` takes them.

@@ -945,7 +945,7 @@ class TurnService:
         # the database's one write lock, which every other turn waits for meanwhile.
         with write_transaction():
             # The UPDATE, the new state and the messages: one round trip for the three on
-            # MySQL (Prepared.send), answered when the UPDATE's count is read; if it
+            # MySQL and Postgres (Prepared.send), answered when the UPDATE's count is read; if it
             # matched nothing (the version moved: the slot may be another turn's now),
             # the state and the messages are rolled back with the transaction.
             update = save.send(values)

@@ -14,7 +14,7 @@ import pymysql
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from peewee import IntegrityError, OperationalError
+from peewee import IntegrityError, InterfaceError, OperationalError
 from pymysql.converters import escape_string
 
 from api import create_app
@@ -228,6 +228,9 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
     failed or its connection dropped after its first statement; reads outside a
     transaction see what other connections committed meanwhile (no snapshot of an
     earlier transaction is left open on the pooled connection)."""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
     url = request.getfixturevalue(f"{server}_url")
     own, kill = _KILL[server]
     init_database(url)
@@ -255,6 +258,14 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
                 with other.connection_context():
                     other.execute_sql(kill.format(int(db.execute_sql(own).fetchone()[0])))
                 Tenant.create(name="c2")
+            assert names() == ["a1", "a3"]
+            # The same with writes sent ahead (Prepared.send): the one answered before the
+            # drop and the one that was to go with the COMMIT are both lost.
+            with pytest.raises((OperationalError, InterfaceError)), write_transaction():
+                insert.send(id="e1", name="e1")
+                with other.connection_context():
+                    other.execute_sql(kill.format(int(db.execute_sql(own).fetchone()[0])))
+                insert.send(id="e2", name="e2")
             assert names() == ["a1", "a3"]
         with db.connection_context(), write_transaction():
             Tenant.create(name="d1")
@@ -316,8 +327,9 @@ def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request)
 
 def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_not_at_all(database_url):
     """``Prepared.send``: a write of the open transaction goes with the next statement
-    (MySQL) or at once (elsewhere); either way it commits with the transaction, its
-    rowcount is known when asked, and a write that fails loses the transaction whole."""
+    (MySQL), with the writes after it in one pipeline (Postgres) or at once (SQLite);
+    either way it commits with the transaction, its rowcount is known when asked, and a
+    write that fails loses the transaction whole."""
     from api.db.prepared import Prepared
 
     insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
@@ -349,6 +361,29 @@ def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_no
 
             assert insert.send(id="h", name="eight").rowcount == 1  # outside a transaction: now
             assert names() == ["eight", "five", "four", "two"]
+            Tenant.delete().execute()
+    finally:
+        db.obj.close_all()
+
+
+def test_writes_sent_in_a_savepoint_that_is_rolled_back_are_undone_and_those_before_it_kept(database_url):
+    """A write sent before a nested transaction is applied before it begins; one sent in it
+    is undone with it when the nested part fails, though it had not been answered yet;
+    the outer transaction commits the rest. (A sent write that fails loses the whole
+    transaction: test above.)"""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    init_database(database_url)
+    try:
+        with db.connection_context():
+            with write_transaction():
+                insert.send(id="a", name="before")
+                with contextlib.suppress(RuntimeError), db.atomic():
+                    insert.send(id="b", name="in the savepoint")
+                    raise RuntimeError("the nested part fails")
+                insert.send(id="e", name="after")
+            assert sorted(t.name for t in Tenant.select()) == ["after", "before"]
             Tenant.delete().execute()
     finally:
         db.obj.close_all()
