@@ -1168,6 +1168,20 @@ class ReconnectingPooledPostgresqlDatabase(
     # The models' LONGTEXT and LONGBLOB (for MySQL) are TEXT and BYTEA here: both unbounded.
     field_types = {**PooledPostgresqlDatabase.field_types, "LONGTEXT": "TEXT", "LONGBLOB": "BYTEA"}
 
+    def begin(self, isolation_level=None):  # noqa: ANN001, ANN201 - peewee's signature
+        """``BEGIN``, held back until the transaction's first statement (given no isolation
+        level, with a libpq that has pipeline mode): it goes in the same round trip as
+        the writes sent first (:meth:`defer`), or just before any other statement; a
+        transaction that reaches the server with nothing costs no round trip at all."""
+        self._state.deferred = None  # a new transaction holds nothing of an earlier one
+        if isolation_level is not None or self._isolation_level or not _pipeline_supported():
+            self._state.begin_held = False
+            return super().begin(isolation_level)
+        if self.is_closed():
+            self.connect()
+        self._state.begin_held = True
+        return None
+
     def defer(self, sql: str, params: tuple | list) -> Sent:
         """Run the write ``sql`` as part of the open transaction, sent with the other writes
         deferred after it in one round trip (psycopg's pipeline mode) when its answer, or
@@ -1176,9 +1190,10 @@ class ReconnectingPooledPostgresqlDatabase(
 
         They go before the transaction's next statement (:meth:`execute_sql`), when a
         ``Sent.rowcount`` is read, and at the latest before ``COMMIT``
-        (:meth:`flush_deferred`): an error of one is raised there and the transaction is
-        lost, as if it had been run at once. A turn's end (the session's ``UPDATE``, its
-        state, its messages) so costs one round trip instead of three.
+        (:meth:`flush_deferred`), after the held ``BEGIN`` if the transaction has sent
+        nothing yet: an error of one is raised there and the transaction is lost, as if
+        it had been run at once. A turn's end (``BEGIN``, the session's ``UPDATE``, its
+        state, its messages) so costs one round trip instead of four.
         """
         conn = self._state.conn
         if conn is None or not self.in_transaction() or not _pipeline_supported():
@@ -1191,16 +1206,37 @@ class ReconnectingPooledPostgresqlDatabase(
         return sent
 
     def flush_deferred(self) -> None:
-        """Send the deferred writes now (if any), in one round trip, and read their answers."""
-        held = getattr(self._state, "deferred", None)
-        if not held:
+        """Send the held ``BEGIN`` and the deferred writes now (if any), in one round trip,
+        and read their answers.
+
+        A connection found gone in that round trip, when it held the ``BEGIN``, lost
+        nothing answered: the transaction is sent again, whole, on a new connection (as
+        a ``BEGIN`` that failed is, :meth:`_SafeReconnectMixin.begin`)."""
+        state = self._state
+        held, begin = getattr(state, "deferred", None), getattr(state, "begin_held", False)
+        if not held and not begin:
             return
-        self._state.deferred = None
-        conn, writes = held
-        if conn is not self._state.conn or not writes:  # its connection is gone, and they with it
+        state.deferred, state.begin_held = None, False
+        writes = held[1] if held and held[0] is state.conn else []  # else gone with their connection
+        if not writes:
+            if begin:
+                super().begin()  # on its own, before a statement that is not a sent write
             return
+        try:
+            self._send_in_pipeline(begin, writes)
+        except (OperationalError, InterfaceError) as exc:
+            if not begin or not (self._connection_lost(exc) or cluster.node_unusable(exc)):
+                raise
+            self._leave_host(exc)
+            self._reopen()
+            self._send_in_pipeline(begin, writes)
+
+    def _send_in_pipeline(self, begin: bool, writes: list[tuple[str, Any, Sent]]) -> None:
+        conn = self._state.conn
         cursors = []
         with __exception_wrapper__, conn.pipeline():
+            if begin:
+                conn.cursor().execute("BEGIN")
             for sql, params, sent in writes:
                 cursor = conn.cursor()
                 cursor.execute(sql, params)
@@ -1209,16 +1245,25 @@ class ReconnectingPooledPostgresqlDatabase(
             sent.rowcount = cursor.rowcount
 
     def execute_sql(self, sql, params=None):  # noqa: ANN001 - peewee's signature
-        if getattr(self._state, "deferred", None):
-            self.flush_deferred()  # the transaction's writes, in order, before what follows
+        state = self._state
+        if getattr(state, "deferred", None) or getattr(state, "begin_held", False):
+            self.flush_deferred()  # the transaction's BEGIN and writes, in order, before what follows
         return super().execute_sql(sql, params)
 
     def commit(self) -> None:
+        state = self._state
+        if getattr(state, "begin_held", False) and not getattr(state, "deferred", None):
+            state.begin_held = False  # nothing of the transaction reached the server
+            return None
         self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
         return super().commit()
 
     def rollback(self) -> None:
-        self._state.deferred = None  # never sent, so never applied
+        state = self._state
+        state.deferred = None  # never sent, so never applied
+        if getattr(state, "begin_held", False):
+            state.begin_held = False  # nor was the BEGIN
+            return None
         return super().rollback()
 
     def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a psycopg connection

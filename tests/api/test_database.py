@@ -280,6 +280,67 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
 
 
 @pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_a_transaction_begun_on_a_connection_that_then_dropped_is_sent_whole_on_another(server, request):
+    """The server ends the connection after the transaction began but before anything of
+    it was sent (the ``BEGIN`` goes with its first statement): its writes are sent again,
+    whole, on a new connection, and saved once."""
+    from api.db.prepared import Prepared
+
+    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    url = request.getfixturevalue(f"{server}_url")
+    own, kill = _KILL[server]
+    init_database(url)
+    killer = open_database(url)
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+            own_id = int(db.execute_sql(own).fetchone()[0])
+            with write_transaction():
+                with killer.connection_context():
+                    killer.execute_sql(kill.format(own_id))
+                first = insert.send(id="a", name="sent first")
+                insert.send(id="b", name="sent second")
+                assert first.rowcount == 1
+            assert int(db.execute_sql(own).fetchone()[0]) != own_id
+            assert sorted(t.name for t in Tenant.select()) == ["sent first", "sent second"]
+            Tenant.delete().execute()
+    finally:
+        killer.close_all()
+        db.obj.close_all()
+
+
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
+def test_a_row_locked_in_a_transaction_stays_locked_until_it_ends(server, request):
+    """A read that locks (``FOR UPDATE``) as a transaction's first statement runs inside
+    it: another connection cannot change the row until the transaction ends."""
+    url = request.getfixturevalue(f"{server}_url")
+    init_database(url)
+    other = open_database(url)
+    short_wait = {
+        "mysql": "SET SESSION innodb_lock_wait_timeout = 1",
+        "postgres": "SET lock_timeout = '300ms'",
+    }
+    try:
+        with db.connection_context():
+            Tenant.delete().execute()
+            Tenant.create(id="t", name="before")
+            with write_transaction():
+                assert Tenant.select().where(Tenant.id == "t").for_update().get().name == "before"
+                with other.connection_context():
+                    other.execute_sql(short_wait[server])
+                    with pytest.raises(OperationalError):
+                        other.execute_sql("UPDATE tenant SET name = 'other' WHERE id = 't'")
+                Tenant.update(name="ours").where(Tenant.id == "t").execute()
+            with other.connection_context():
+                other.execute_sql("UPDATE tenant SET name = 'other, after' WHERE id = 't'")
+            assert Tenant.get_by_id("t").name == "other, after"
+            Tenant.delete().execute()
+    finally:
+        other.close_all()
+        db.obj.close_all()
+
+
+@pytest.mark.parametrize("server", ["mysql", "postgres"])
 def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request):
     """The server ends a connection while it waits in the pool (a restart, an idle
     timeout, a kill): the next request's first statement, a write or a transaction too,
