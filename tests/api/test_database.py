@@ -30,6 +30,7 @@ from api.db import (
 )
 from api.db.database import _CHECKPOINTER, ensure_server_database, escape_mysql_text
 from api.db.migrations import MIGRATIONS
+from api.db.prepared import Prepared
 from tests.api.conftest import Api, echo_dsl, make_token
 
 
@@ -121,6 +122,9 @@ def test_unreachable_server_is_explained(url: str):
     with pytest.raises(OperationalError, match="127.0.0.1:1"):
         init_database(url)
 
+
+#: A tenant row, by id and name: the write the tests of ``Prepared.send`` send.
+_INSERT_TENANT = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
 
 # How to learn our connection's id, and how another connection ends it on the server.
 _KILL = {
@@ -228,9 +232,7 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
     failed or its connection dropped after its first statement; reads outside a
     transaction see what other connections committed meanwhile (no snapshot of an
     earlier transaction is left open on the pooled connection)."""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     url = request.getfixturevalue(f"{server}_url")
     own, kill = _KILL[server]
     init_database(url)
@@ -284,9 +286,7 @@ def test_a_transaction_begun_on_a_connection_that_then_dropped_is_sent_whole_on_
     """The server ends the connection after the transaction began but before anything of
     it was sent (the ``BEGIN`` goes with its first statement): its writes are sent again,
     whole, on a new connection, and saved once."""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     url = request.getfixturevalue(f"{server}_url")
     own, kill = _KILL[server]
     init_database(url)
@@ -345,9 +345,7 @@ def test_a_pooled_connection_the_server_ended_is_not_used_again(server, request)
     """The server ends a connection while it waits in the pool (a restart, an idle
     timeout, a kill): the next request's first statement, a write or a transaction too,
     runs once on a new connection instead of failing."""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     url = request.getfixturevalue(f"{server}_url")
     own, kill = _KILL[server]
     init_database(url)
@@ -391,9 +389,7 @@ def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_no
     (MySQL), with the writes after it in one pipeline (Postgres) or at once (SQLite);
     either way it commits with the transaction, its rowcount is known when asked, and a
     write that fails loses the transaction whole."""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     rename = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.name == m("old")))
     init_database(database_url)
     try:
@@ -432,9 +428,7 @@ def test_writes_sent_in_a_savepoint_that_is_rolled_back_are_undone_and_those_bef
     is undone with it when the nested part fails, though it had not been answered yet;
     the outer transaction commits the rest. (A sent write that fails loses the whole
     transaction: test above.)"""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     init_database(database_url)
     try:
         with db.connection_context():
@@ -908,9 +902,7 @@ def test_writes_sent_ahead_in_a_transaction_begun_by_begin_never_commit_alone(my
     write sent behind that statement would then run and commit on its own. So there
     ``Prepared.send`` runs each write at once: the deadlock is raised by the write it hit
     and nothing behind it reaches the server."""
-    from api.db.prepared import Prepared
-
-    insert = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+    insert = _INSERT_TENANT
     rename = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.id == m("id")))
     init_database(mysql_url)
     server, name = mysql_url.removeprefix("mysql://root@").split("/")
