@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from peewee import Model
 
-from api.db import MessageLog, Session, db
+from api.db import MessageLog, Session, db, update_mark
 
 
 def insert_rows(model: type[Model], rows: Sequence[dict]) -> None:
@@ -43,6 +43,7 @@ def idle_sessions(tenant_id: str, agent_id: str, version_id: str, count: int, wh
                     "agent_version_id": version_id,
                     "create_time": when,
                     "update_time": when,
+                    "update_mark": update_mark(when),
                     "expiry_mark": when,
                 }
                 for sid in part

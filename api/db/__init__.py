@@ -38,6 +38,7 @@ from api.db.models import (
     WorkerLease,
     new_id,
     now_ms,
+    update_mark,
 )
 
 
@@ -84,5 +85,6 @@ __all__ = [
     "now_ms",
     "open_database",
     "setup_schema",
+    "update_mark",
     "write_transaction",
 ]

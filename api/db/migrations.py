@@ -32,6 +32,7 @@ from playhouse.migrate import migrate as run_schema_changes
 from api.db import fulltext
 from api.db.database import db, is_postgres, is_sqlite
 from api.db.models import (
+    UPDATE_MARK_MS,
     Agent,
     AgentVersion,
     ApiToken,
@@ -269,6 +270,22 @@ def _unindexed_task_id(database: Database) -> None:
     _drop_index(database, Session, ("task_id",))
 
 
+def _update_mark(database: Database) -> None:
+    # The sessions listing sorted by update_time (the default) read and sorted all of
+    # an agent's sessions: 0.4-1 s a page at 100,000 of them on SQLite. update_mark, its
+    # 10-minute step, indexed, orders them up to the step (api.services.sessions).
+    _add_columns(database, Session._meta.table_name, {"update_mark": BigIntegerField(default=0)})
+    quote = "`" if not (is_sqlite(database) or is_postgres(database)) else '"'
+    mod = "%" if is_sqlite(database) else "%%"  # the drivers' format paramstyle: %% is %
+    # Another process setting up the same database may do it at the same time: both
+    # write the same values.
+    database.execute_sql(
+        f"UPDATE {quote}session{quote} SET update_mark = update_time - update_time {mod} {UPDATE_MARK_MS}"
+        " WHERE update_mark = 0"
+    )
+    _add_index(database, Session, ("agent_id", "update_mark"))
+
+
 #: (version, description, function), in the order they apply.
 MIGRATIONS: list[tuple[int, str, Migration]] = [
     (1, "tenants, tokens, agents, versions, sessions, message log", _create_tables),
@@ -310,6 +327,7 @@ MIGRATIONS: list[tuple[int, str, Migration]] = [
         _expiry_mark,
     ),
     (19, "session.task_id unindexed: a task id begins with its session's id", _unindexed_task_id),
+    (20, "session.update_mark, indexed with agent_id: sessions listed by update_time", _update_mark),
 ]
 
 

@@ -36,6 +36,15 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: The width of :attr:`Session.update_mark`'s steps: 10 minutes, in ms.
+UPDATE_MARK_MS = 600_000
+
+
+def update_mark(update_time: int) -> int:
+    """:attr:`Session.update_mark` for ``update_time``: the start of its 10-minute step."""
+    return update_time - update_time % UPDATE_MARK_MS
+
+
 class LongTextField(TextField):
     """``LONGTEXT`` on MySQL (``TEXT`` holds only 64 KiB); plain text on SQLite."""
 
@@ -171,8 +180,16 @@ class Session(BaseModel):
     create_time = BigIntegerField(default=now_ms)
     # Not indexed: every turn sets it, and on SQLite an index on it cost a page of the
     # WAL per committed request (1 of 8.9, bench/wal.py --by-table). The sweep finds the
-    # sessions that may have expired by ``expiry_mark`` instead.
+    # sessions that may have expired by ``expiry_mark`` instead, and the sessions listing
+    # orders them by ``update_mark``, then ``update_time``.
     update_time = BigIntegerField(default=now_ms)
+    # ``update_mark(update_time)``: ``update_time`` rounded down to its 10-minute step.
+    # Whatever writes ``update_time`` writes it too, a turn only when the step changed
+    # (a separate statement, api.services.turns), so its index entry moves at most once
+    # in 10 minutes of a session's turns. Sorted by it, the sessions are in the order of
+    # their ``update_time`` but within a step: the listing sorts only the last step it
+    # reads (api.services.sessions.list_sessions).
+    update_mark = BigIntegerField(default=0)
     # A time at or before ``update_time``: the session's creation, or the ``update_time``
     # the sweep last saw when it found the session still in use (0: not known yet, so the
     # sweep looks). Turns never write it, so its index entry moves at most once per
@@ -184,6 +201,7 @@ class Session(BaseModel):
             (("agent_id", "create_time"), False),
             (("agent_id", "user_id"), False),
             (("expiry_mark",), False),
+            (("agent_id", "update_mark"), False),
         )
 
 

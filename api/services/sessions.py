@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from peewee import ModelSelect
+from peewee import Expression, ModelSelect
 
 from api.db import MessageLog, Session, write_transaction
 from api.errors import ArgumentError
@@ -49,16 +49,58 @@ def list_sessions(
     user_id: str | None = None,
     with_dsl: bool = False,
 ) -> tuple[list[Session], int]:
+    """One page of the agent's sessions in ``orderby`` order (ties by id, in the same
+    direction), and how many there are.
+
+    By ``update_time`` (the default; every turn sets it, so it has no index) the page is
+    read through ``update_mark``, its 10-minute step, indexed with ``agent_id``: only the
+    sessions in the steps the first ``page * page_size`` sessions fall in are read and
+    sorted, not all of the agent's (:func:`_steps_of_first`).
+    """
     get_agent(tenant_id, agent_id)
-    query = _select(with_dsl).where((Session.agent_id == agent_id) & (Session.tenant_id == tenant_id))
+    # The agent is the tenant's (get_agent), so its sessions are: counted by agent_id
+    # alone, on its index (with tenant_id: a read of every row, 25x slower at 100,000).
+    cond = Session.agent_id == agent_id
     if session_id:
-        query = query.where(Session.id == session_id)
+        cond &= Session.id == session_id
     if user_id:
-        query = query.where(Session.user_id == user_id)
-    total = query.count()
+        cond &= Session.user_id == user_id
+    total = Session.select().where(cond).count()
+    query = _select(with_dsl).where(cond & (Session.tenant_id == tenant_id))
+    if orderby == "update_time":
+        steps = _steps_of_first(cond, page * page_size, desc)
+        if steps is not None:
+            query = query.where(steps)
+    # Ties by id in the same direction: one index order (MariaDB read and sorted every
+    # session of the agent for "create_time DESC, id", not for "create_time DESC, id DESC").
     column = getattr(Session, orderby)
-    rows = list(query.order_by(column.desc() if desc else column.asc(), Session.id).paginate(page, page_size))
+    order = (column.desc(), Session.id.desc()) if desc else (column.asc(), Session.id.asc())
+    rows = list(query.order_by(*order).paginate(page, page_size))
     return rows, total
+
+
+def _steps_of_first(cond: Expression, n: int, desc: bool) -> Expression | None:
+    """The ``update_mark`` steps that hold the first ``n`` sessions matching ``cond`` by
+    ``update_time`` (latest first with ``desc``): the n-th session in ``update_mark``
+    order (read on its index) and every one in a step at or before it in that order;
+    ``None`` (all) when there are fewer than ``n``.
+
+    Exact: a step's sessions all come before the next step's in ``update_time`` order,
+    and at least ``n`` sessions are in the steps up to the n-th's, so no session in a
+    later step is among the first ``n``.
+    """
+    mark = Session.update_mark
+    edge = (
+        Session.select(mark)
+        .where(cond)
+        .order_by(mark.desc() if desc else mark.asc())
+        .limit(1)
+        .offset(n - 1)
+        .scalar()
+    )
+    if edge is None:
+        return None
+    return mark >= edge if desc else mark <= edge
 
 
 def get_session(tenant_id: str, agent_id: str, session_id: str, with_dsl: bool = False) -> Session:

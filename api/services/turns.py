@@ -55,7 +55,7 @@ from agent.component import ComponentBase
 from agent.errors import SnapshotTooLarge
 from api import telemetry
 from api.config import canvas_limits
-from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, write_transaction
+from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, update_mark, write_transaction
 from api.db.cluster import write_conflict
 from api.db.database import run_retrying, writer_in_line
 from api.db.prepared import Prepared
@@ -229,6 +229,8 @@ class _Claim:
     #: The slot its state goes to (api.services.history): the next one, or for a
     #: regenerate the current one (over the state it takes back).
     slot: int
+    #: The row's ``update_mark`` as read (the version the turn checks is the one read).
+    update_mark: int
     # Whether it took back the last turn (a regenerate: it ran from the kept state
     # after ``round`` turns).
     rewound: bool = False
@@ -337,6 +339,7 @@ class TurnService:
                 transcript_bytes=len(prologue.encode("utf-8")),
                 create_time=now,
                 update_time=now,
+                update_mark=update_mark(now),
                 expiry_mark=now,
             )
             snapshot = str(canvas)
@@ -485,9 +488,10 @@ class TurnService:
         # Nothing runs: one conditional write, where the version is the one read and no
         # turn holds the session (else: busy, nothing changed), that points the session
         # at the state it restores.
+        now = now_ms()
         with write_transaction():
             saved = _SAVE_TURN_UNLEASED.execute(
-                now=now_ms(),
+                now=now,
                 id=row.id,
                 version=row.version,
                 task_id=task_id,
@@ -500,6 +504,7 @@ class TurnService:
             )
             if saved != 1:
                 raise _busy(row.id)
+            _move_update_mark(row.id, row.update_mark, now)
             history.take_back_after(row.id, base_round, slot)
         event = _undo_event(row.id, task_id)
         turn = Turn(session_id=row.id, task_id=task_id)
@@ -567,6 +572,7 @@ class TurnService:
             "paused" if row.pending_form else "idle",
             dict(usage),
             row.state_slot if base is not None else history.next_slot(row.state_slot, self.keep_snapshots),
+            row.update_mark,
             base is not None,
         )
         # session_id, task_id, created, result, keep_events
@@ -949,6 +955,7 @@ class TurnService:
             # matched nothing (the version moved: the slot may be another turn's now),
             # the state and the messages are rolled back with the transaction.
             update = save.send(values)
+            _move_update_mark(claim.session_id, claim.update_mark, now)
             if snapshot is not None:
                 history.WRITE_STATE.send(values)  # into the slot the UPDATE points the row at
             if exchange is not None and not claim.rewound:
@@ -1028,7 +1035,7 @@ class TurnService:
         now = now_ms()
         with write_transaction():
             saved = (
-                Session.update(version=Session.version + 1, update_time=now)
+                Session.update(version=Session.version + 1, update_time=now, update_mark=update_mark(now))
                 .where(
                     (Session.id == session_id) & (Session.version == row.version) & lease_free(Session, now)
                 )
@@ -1171,6 +1178,7 @@ class _SessionRow(NamedTuple):
     lease_expires: int
     transcript_bytes: int
     state_slot: int
+    update_mark: int
 
 
 def _find(embed: bool, columns: tuple[str, ...] = (), unless_version: str = "") -> Prepared:
@@ -1260,6 +1268,22 @@ def _save(succeeded: bool, leased: bool = True) -> Prepared:
         return Session.update(changes).where(cond)
 
     return Prepared(build)
+
+
+_MOVE_UPDATE_MARK = Prepared(
+    lambda m: Session.update({Session.update_mark: m("mark")}).where(Session.id == m("id"))
+)
+
+
+def _move_update_mark(session_id: str, read: int, now: int) -> None:
+    """In the transaction that sets the session's ``update_time`` to ``now``: its
+    ``update_mark`` too, where the row's (``read``, as the turn read it: the version it
+    writes is the one read) is another 10-minute step's. Its own statement, sent only
+    then: one that set it to the same value would still write its index entry (SQLite:
+    a page of the WAL), and these are most turns."""
+    mark = update_mark(now)
+    if mark != read:
+        _MOVE_UPDATE_MARK.send({"id": session_id, "mark": mark})
 
 
 _SAVE_TURN = _save(succeeded=True)

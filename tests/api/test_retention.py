@@ -9,7 +9,17 @@ import pytest
 from playhouse.migrate import SchemaMigrator
 from playhouse.migrate import migrate as run_schema_changes
 
-from api.db import MessageLog, SchemaVersion, Session, SessionSnapshot, WorkerLease, db, init_database, now_ms
+from api.db import (
+    MessageLog,
+    SchemaVersion,
+    Session,
+    SessionSnapshot,
+    WorkerLease,
+    db,
+    init_database,
+    now_ms,
+    update_mark,
+)
 from api.services.memory import DatabaseMemoryStore
 from api.services.retention import RetentionSettings, sweep
 from tests.api.conftest import Api, echo_dsl, make_token
@@ -214,9 +224,9 @@ def _made_earlier(api: Api, session_ids: list[str], seconds: float) -> None:
     """Make these sessions look made and last used this many seconds ago."""
     when = later(-seconds)
     with api.app.app_context(), db.connection_context():
-        Session.update(create_time=when, update_time=when, expiry_mark=when).where(
-            Session.id.in_(session_ids)
-        ).execute()
+        Session.update(
+            create_time=when, update_time=when, update_mark=update_mark(when), expiry_mark=when
+        ).where(Session.id.in_(session_ids)).execute()
 
 
 def test_a_session_used_since_the_sweep_last_saw_it_expires_a_lifetime_after_its_last_turn(

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from tests.api.conftest import Api, echo_dsl, sample
+import random
+
+import pytest
+from playhouse.migrate import SchemaMigrator
+from playhouse.migrate import migrate as run_schema_changes
+
+from api.db import SchemaVersion, Session, db, init_database, now_ms, update_mark
+from api.db.models import UPDATE_MARK_MS
+from api.services import turns
+from tests.api.conftest import Api, dsl_of, echo_dsl, make_token, sample
+from tests.api.test_regenerate import counter_dsl
 
 
 def test_new_session_carries_the_prologue_and_agent_id(api: Api):
@@ -72,6 +82,136 @@ def test_list_sessions(api: Api):
     assert [s["id"] for s in by_id] == [first] and "components" in by_id[0]["dsl"]
     with_messages = api.get(f"/agents/{agent_id}/sessions", query_string={"messages": "true"}).json["data"]
     assert all(s["message"][0]["content"] == "Hi!" for s in with_messages)
+
+
+def _turn_at(monkeypatch: pytest.MonkeyPatch, when: int) -> None:
+    """The turns (and other session writes) from now on happen at ``when`` (ms)."""
+    monkeypatch.setattr(turns, "now_ms", lambda: when)
+
+
+def _marks(api: Api, agent_id: str) -> list[tuple[int, int]]:
+    with api.app.app_context():
+        rows = Session.select(Session.update_time, Session.update_mark).where(Session.agent_id == agent_id)
+        return [(r.update_time, r.update_mark) for r in rows]
+
+
+def _listed(api: Api, agent_id: str, page_size: int, **params) -> list[str]:
+    """Every page of the agent's sessions, in the order listed."""
+    ids, page = [], 1
+    while True:
+        resp = api.get(
+            f"/agents/{agent_id}/sessions", query_string={"page": page, "page_size": page_size, **params}
+        )
+        assert resp.status_code == 200, resp.json
+        if not resp.json["data"]:
+            return ids
+        ids += [s["id"] for s in resp.json["data"]]
+        page += 1
+
+
+def test_sessions_listed_by_update_time_follow_their_last_turns_across_its_steps(api: Api, monkeypatch):
+    """By update_time (the listing's default order), every page holds the sessions in
+    the order of their last turns (ties by id the same way), latest or oldest first, with or without
+    a user filter, whichever 10-minute steps of the indexed update_mark they are in."""
+    agent_id = api.create_agent(echo_dsl())
+    users = {}
+    for i in range(30):
+        users[api.create_session(agent_id, user_id="bob" if i % 3 == 0 else "alice")] = (
+            "bob" if i % 3 == 0 else "alice"
+        )
+    edge = update_mark(now_ms()) + 5 * UPDATE_MARK_MS
+    rnd = random.Random(15)
+    last = {}
+    for session_id in users:  # last turns on either side of two step edges, some at one time
+        last[session_id] = (
+            edge + rnd.choice([-1, 0, 1]) * UPDATE_MARK_MS + rnd.choice([-2, -1, 0, 0, 1, 9000])
+        )
+        _turn_at(monkeypatch, last[session_id])
+        assert api.ask(agent_id, session_id, "hi").status_code == 200
+    assert {t - m for t, m in _marks(api, agent_id)} <= set(range(UPDATE_MARK_MS))
+    assert all(m % UPDATE_MARK_MS == 0 for _, m in _marks(api, agent_id))
+
+    for user in (None, "alice"):
+        ids = [s for s in users if user is None or users[s] == user]
+        oldest = sorted(ids, key=lambda s: (last[s], s))
+        latest = oldest[::-1]
+        for page_size in (1, 4, 7, 30):
+            params = {"user_id": user} if user else {}
+            assert _listed(api, agent_id, page_size, **params) == latest
+            assert _listed(api, agent_id, page_size, desc="false", **params) == oldest
+            assert _listed(api, agent_id, page_size, orderby="update_time", desc="true", **params) == latest
+        total = api.get(f"/agents/{agent_id}/sessions", query_string={"user_id": user or ""}).json["total"]
+        assert total == len(ids)
+
+
+def test_every_write_of_a_sessions_update_time_moves_its_update_mark(api: Api, monkeypatch):
+    """A turn that succeeds or fails, an undo, a regenerate and a variable saved over
+    REST each set update_time; update_mark is its 10-minute step after each (written
+    only when the step changed), so the listing by update_time stays in order."""
+    counter = api.create_agent(counter_dsl())
+    failing = api.create_agent(dsl_of({"TestFail:Call": ("TestFail", {"error": "LLMError"}, [])}))
+    counted, failed = api.create_session(counter), api.create_session(failing)
+    start = update_mark(now_ms()) + UPDATE_MARK_MS
+    steps = [  # (agent, the write, its status)
+        (counter, lambda: api.ask(counter, counted, "a"), 200),
+        (counter, lambda: api.ask(counter, counted, "b"), 200),
+        (
+            counter,
+            lambda: api.post(f"/agents/{counter}/sessions/{counted}/undo", json={"stream": False}),
+            200,
+        ),
+        (
+            counter,
+            lambda: api.post(f"/agents/{counter}/sessions/{counted}/regenerate", json={"stream": False}),
+            200,
+        ),
+        (
+            counter,
+            lambda: api.put(f"/agents/{counter}/sessions/{counted}/variables/n", json={"value": 7}),
+            200,
+        ),
+        (failing, lambda: api.ask(failing, failed, "x"), 502),  # the provider's error, saved as the turn's
+    ]
+    for i, (agent_id, write, status) in enumerate(steps):
+        step = start + 2 * i * UPDATE_MARK_MS
+        for when in (step + 5, step + 99):  # in a new step, then in the same one
+            _turn_at(monkeypatch, when)
+            assert write().status_code == status
+            ((time_, mark),) = _marks(api, agent_id)
+            assert (time_, mark) == (when, update_mark(when))
+    assert api.session(failing, failed)["last_error"]
+    assert _listed(api, counter, 10) == [counted]
+
+
+def test_sessions_made_before_migration_20_are_listed_in_the_order_of_their_last_turns(
+    app_factory, database_url, monkeypatch
+):
+    """Migration 20 gives the sessions of an older schema (no update_mark) the step of
+    their update_time, and the index the listing reads."""
+    app = app_factory()
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(echo_dsl())
+    ids = [api.create_session(agent_id) for _ in range(5)]
+    edge = update_mark(now_ms()) + 2 * UPDATE_MARK_MS
+    for session_id, when in zip(
+        ids, (edge + 1, edge - 1, edge + UPDATE_MARK_MS, edge - 7 * UPDATE_MARK_MS, edge), strict=True
+    ):
+        _turn_at(monkeypatch, when)
+        assert api.ask(agent_id, session_id, "hi").status_code == 200
+    with app.app_context():
+        table = Session._meta.table_name
+        migrator = SchemaMigrator.from_database(db.obj)
+        index = next(i.name for i in db.get_indexes(table) if i.columns == ["agent_id", "update_mark"])
+        run_schema_changes(
+            migrator.drop_index(table, index), migrator.drop_column(table, "update_mark", cascade=False)
+        )
+        SchemaVersion.delete().where(SchemaVersion.version == 20).execute()
+    init_database(database_url, max_connections=4)
+
+    with app.app_context():
+        assert ["agent_id", "update_mark"] in [i.columns for i in db.get_indexes(Session._meta.table_name)]
+    assert all(mark == update_mark(time_) for time_, mark in _marks(api, agent_id))
+    assert _listed(api, agent_id, 2) == [ids[2], ids[0], ids[4], ids[1], ids[3]]
 
 
 def test_delete_sessions_reports_each_bad_id(api: Api):
