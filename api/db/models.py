@@ -187,8 +187,8 @@ class Session(BaseModel):
     # Whatever writes ``update_time`` writes it too, a turn only when the step changed
     # (a separate statement, api.services.turns), so its index entry moves at most once
     # in 10 minutes of a session's turns. Sorted by it, the sessions are in the order of
-    # their ``update_time`` but within a step: the listing sorts only the last step it
-    # reads (api.services.sessions.list_sessions).
+    # their ``update_time`` but within a step: the listing reads and sorts only the steps
+    # that hold its page (api.services.sessions.list_sessions).
     update_mark = BigIntegerField(default=0)
     # A time at or before ``update_time``: the session's creation, or the ``update_time``
     # the sweep last saw when it found the session still in use (0: not known yet, so the

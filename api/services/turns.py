@@ -562,7 +562,7 @@ class TurnService:
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
         # session_id, task_id, owner (none yet), version, round, prior_status, usage_before,
-        # slot, rewound (a regenerate)
+        # slot, update_mark, rewound (a regenerate)
         claim = _Claim(
             session_id,
             task_id,
