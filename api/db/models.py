@@ -62,6 +62,18 @@ class BaseModel(Model):
         database = db
         legacy_table_names = False
 
+    @classmethod
+    def listing_order(cls, orderby: str, desc: bool) -> tuple:
+        """``ORDER BY`` of a listing by the column ``orderby``, ties by id the same way.
+
+        One direction for both: on an index of ``(..., orderby)`` (which ends with the
+        primary key on MySQL) MariaDB reads a page of ``orderby DESC, id DESC`` off the
+        index, but reads and sorts every matching row for ``orderby DESC, id`` (at
+        100,000 sessions of an agent: 0.8 against 426 ms).
+        """
+        column, tie = getattr(cls, orderby), cls._meta.primary_key
+        return (column.desc(), tie.desc()) if desc else (column.asc(), tie.asc())
+
 
 class SchemaVersion(BaseModel):
     """One row per applied migration (see :mod:`api.db.migrations`)."""

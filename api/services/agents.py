@@ -257,9 +257,8 @@ def list_agents(
         query = query.where(Agent.id == agent_id)
     if title:
         query = query.where(Agent.title == title)
-    field = getattr(Agent, orderby)
     total = query.count()
-    rows = list(query.order_by(field.desc() if desc else field.asc(), Agent.id).paginate(page, page_size))
+    rows = list(query.order_by(*Agent.listing_order(orderby, desc)).paginate(page, page_size))
     return rows, total
 
 

@@ -311,8 +311,7 @@ def list_datasets(
     if name:
         query = query.where(Dataset.name == name)
     total = query.count()
-    order = getattr(Dataset, orderby)
-    rows = list(query.order_by(order.desc() if desc else order.asc(), Dataset.id).paginate(page, page_size))
+    rows = list(query.order_by(*Dataset.listing_order(orderby, desc)).paginate(page, page_size))
     if (dataset_id or name) and not rows and page == 1:
         what = f"id {dataset_id!r}" if dataset_id else f"name {name!r}"
         raise NotFound(f"no dataset with {what}")
@@ -476,8 +475,7 @@ def list_documents(
             raise ArgumentError(f"'run' {bad[0]!r} is not one of {', '.join(RUN_STATES)}")
         query = query.where(Document.run.in_(run))
     total = query.count()
-    order = getattr(Document, orderby)
-    rows = query.order_by(order.desc() if desc else order.asc(), Document.id).paginate(page, page_size)
+    rows = query.order_by(*Document.listing_order(orderby, desc)).paginate(page, page_size)
     docs = [document_json(d) for d in rows]
     if ids and len(ids) == 1 and not docs and page == 1:
         raise NotFound(f"document {ids[0]!r} not found in dataset {dataset_id!r}")

@@ -181,8 +181,7 @@ def list_servers(
     if keywords:
         query = query.where(McpServer.name.contains(keywords))
     total = query.count()
-    order = getattr(McpServer, orderby)
-    rows = list(query.order_by(order.desc() if desc else order.asc(), McpServer.id).paginate(page, page_size))
+    rows = list(query.order_by(*McpServer.listing_order(orderby, desc)).paginate(page, page_size))
     return rows, total
 
 

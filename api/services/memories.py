@@ -191,7 +191,7 @@ def list_memories(
             if wanted != "raw" or "raw" in memory_type:
                 query = query.where(Memory.memory_type.contains(f'"{wanted}"'))
     total = query.count()
-    rows = query.order_by(Memory.create_time.desc(), Memory.id).paginate(page, page_size)
+    rows = query.order_by(*Memory.listing_order("create_time", True)).paginate(page, page_size)
     return {"memory_list": [memory_json(m) for m in rows], "total_count": total}
 
 

@@ -71,11 +71,7 @@ def list_sessions(
         steps = _steps_of_first(cond, page * page_size, desc)
         if steps is not None:
             query = query.where(steps)
-    # Ties by id in the same direction: one index order (MariaDB read and sorted every
-    # session of the agent for "create_time DESC, id", not for "create_time DESC, id DESC").
-    column = getattr(Session, orderby)
-    order = (column.desc(), Session.id.desc()) if desc else (column.asc(), Session.id.asc())
-    rows = list(query.order_by(*order).paginate(page, page_size))
+    rows = list(query.order_by(*Session.listing_order(orderby, desc)).paginate(page, page_size))
     return rows, total
 
 
