@@ -111,14 +111,14 @@ def _listed(api: Api, agent_id: str, page_size: int, **params) -> list[str]:
 
 def test_sessions_listed_by_update_time_follow_their_last_turns_across_its_steps(api: Api, monkeypatch):
     """By update_time (the listing's default order), every page holds the sessions in
-    the order of their last turns (ties by id the same way), latest or oldest first, with or without
-    a user filter, whichever 10-minute steps of the indexed update_mark they are in."""
+    the order of their last turns (ties by id the same way), latest or oldest first,
+    with or without a user filter, whichever 10-minute steps of the indexed update_mark
+    they are in."""
     agent_id = api.create_agent(echo_dsl())
-    users = {}
+    users = {}  # session id -> its user
     for i in range(30):
-        users[api.create_session(agent_id, user_id="bob" if i % 3 == 0 else "alice")] = (
-            "bob" if i % 3 == 0 else "alice"
-        )
+        user = "bob" if i % 3 == 0 else "alice"
+        users[api.create_session(agent_id, user_id=user)] = user
     edge = update_mark(now_ms()) + 5 * UPDATE_MARK_MS
     rnd = random.Random(15)
     last = {}
