@@ -54,9 +54,11 @@ from dataclasses import dataclass, field
 
 from _path import BENCH, ROOT
 
+sys.path.insert(0, os.path.join(BENCH, "support"))
+
+from throwaway import mysql_database, postgres_database  # noqa: E402
+
 ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
-MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
-POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 BASELINE = os.path.join(BENCH, "http_baseline.json")
 BIN = os.path.dirname(sys.executable)
 
@@ -395,38 +397,6 @@ def measure(subject: Subject, clients: int, seconds: float, warmup: float) -> Ph
     )
 
 
-def mysql_database() -> tuple[str, object]:
-    import pymysql
-
-    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
-    conn = pymysql.connect(**MYSQL)
-    with conn.cursor() as c:
-        c.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    conn.close()
-
-    def drop() -> None:
-        conn = pymysql.connect(**MYSQL)
-        with conn.cursor() as c:
-            c.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        conn.close()
-
-    return name, drop
-
-
-def postgres_database() -> tuple[str, object]:
-    import psycopg
-
-    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return name, drop
-
-
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
@@ -443,17 +413,17 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
         if not args.no_mysql:
 
             def mysql_url(who: str) -> str:
-                name, drop = mysql_database()
+                url, drop = mysql_database()
                 cleanups.append(drop)
-                return f"mysql://root@127.0.0.1:3306/{name}"
+                return url
 
             backends.append(("mariadb", mysql_url))
         if not args.no_postgres:
 
             def postgres_url(who: str) -> str:
-                name, drop = postgres_database()
+                url, drop = postgres_database()
                 cleanups.append(drop)
-                return f"postgresql://postgres@127.0.0.1:5432/{name}"
+                return url
 
             backends.append(("postgres", postgres_url))
         # Started side by side (each start waits for a server to load): a shorter run.

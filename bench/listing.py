@@ -22,16 +22,20 @@ are medians of ``--repeat`` calls, in ms; the ratio is before / now.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 
-from _path import ROOT  # noqa: F401 - the project on the path, bench/ off it
+from _path import BENCH
 
-MYSQL = "mysql://root@127.0.0.1:3306/"
-POSTGRES = "postgresql://postgres@127.0.0.1:5432/"
+sys.path.insert(0, os.path.join(BENCH, "support"))
+
+from throwaway import mysql_database, postgres_database  # noqa: E402
+
 PAGE_SIZE = 30
 DAY_MS = 86_400_000
 
@@ -179,28 +183,16 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         run("SQLite", f"sqlite:///{tmp}/listing.db", sizes, args.repeat)
-    servers = []
-    if not args.no_mysql:
-        servers.append(("MariaDB", MYSQL, "DROP DATABASE IF EXISTS `{}`"))
-    if not args.no_postgres:
-        servers.append(("Postgres", POSTGRES, 'DROP DATABASE IF EXISTS "{}" WITH (FORCE)'))
-    for name, server, drop in servers:
-        database = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
-        try:
-            run(name, server + database, sizes, args.repeat)
-        finally:
-            _drop(name, drop.format(database))
-
-
-def _drop(name: str, statement: str) -> None:
-    from peewee import MySQLDatabase, PostgresqlDatabase
-
-    if name == "MariaDB":
-        admin = MySQLDatabase("information_schema", host="127.0.0.1", port=3306, user="root")
-    else:
-        admin = PostgresqlDatabase("postgres", host="127.0.0.1", port=5432, user="postgres")
-    with admin.connection_context():
-        admin.execute_sql(statement)
+    for name, make, skip in (
+        ("MariaDB", mysql_database, args.no_mysql),
+        ("Postgres", postgres_database, args.no_postgres),
+    ):
+        if not skip:
+            url, drop = make()
+            try:
+                run(name, url, sizes, args.repeat)
+            finally:
+                drop()
 
 
 if __name__ == "__main__":

@@ -65,9 +65,9 @@ from _path import BENCH, ROOT
 
 sys.path.insert(0, os.path.join(BENCH, "support"))
 
+from throwaway import mysql_database, postgres_database  # noqa: E402
+
 ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "a short note"}
-MYSQL = {"host": "127.0.0.1", "port": 3306, "user": "root"}
-POSTGRES = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 
 
 def intake_dsl() -> dict:
@@ -206,38 +206,6 @@ def play(
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4)
     return q1, statistics.median(values), q3
-
-
-def mysql_database() -> tuple[str, object]:
-    import pymysql
-
-    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
-    conn = pymysql.connect(**MYSQL)
-    with conn.cursor() as c:
-        c.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    conn.close()
-
-    def drop() -> None:
-        conn = pymysql.connect(**MYSQL)
-        with conn.cursor() as c:
-            c.execute(f"DROP DATABASE IF EXISTS `{name}`")
-        conn.close()
-
-    return f"mysql://root@127.0.0.1:3306/{name}", drop
-
-
-def postgres_database() -> tuple[str, object]:
-    import psycopg
-
-    name = f"agentcanvas_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        with psycopg.connect(dbname="postgres", autocommit=True, **POSTGRES) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    return f"postgresql://postgres@127.0.0.1:5432/{name}", drop
 
 
 def report(group: str, times: dict[str, dict[int, list[float]]], points: list[int], clock: str) -> None:
