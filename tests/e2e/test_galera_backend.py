@@ -231,6 +231,17 @@ def _next_attempt(monitor: Any, replies: list, seen: set[str], what: str) -> set
         )
 
 
+def _aborts_reach(galera: GaleraCluster, monitor: Any, count: int, replies: list) -> None:
+    """Wait until node 1 has brute-force aborted ``count`` transactions in all."""
+
+    def reached() -> bool:
+        if replies:
+            _waiting_inserts(monitor, replies)  # fails, showing the early answer
+        return int(galera.wsrep(1)["wsrep_local_bf_aborts"]) >= count
+
+    until(reached, f"node 1 to count {count} brute-force aborts", step=0.1)
+
+
 def _waiting_inserts(monitor: Any, replies: list | None = None) -> set[str]:
     """The transactions of node 1 waiting for a lock at a message-log INSERT.
 
@@ -290,8 +301,14 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
             seen |= _next_attempt(monitor, replies, seen, "an attempt to wait for the lock")
             flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
             galera.query(2, flip, session_id, database=name)
-        if conflicts <= cluster.CONFLICT_RETRIES:  # the attempt after the last conflict
-            _next_attempt(monitor, replies, seen, "the attempt that does not conflict")
+        if conflicts <= cluster.CONFLICT_RETRIES:
+            # The attempt after the last conflict is let through once node 1 counts the
+            # last abort. Waiting for it at the lock instead hung now and then: MariaDB can
+            # leave a brute-force-aborted transaction waiting for a lock that another local
+            # transaction holds (here the hand-taken one) until that lock is let go
+            # (MDEV-24775, MDEV-39681); then the aborted attempt fails (1213) and the next
+            # one runs free.
+            _aborts_reach(galera, monitor, aborts_before + conflicts, replies)
         monitor.close()
         locker.rollback()
         turn.join(60)
