@@ -156,3 +156,27 @@ def test_a_command_starts_without_the_model_client():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "openai", "True"]
+
+
+def test_a_database_command_starts_without_the_web_app(database_url):
+    """``agentcanvas token create`` (and every command but ``serve``/``quickstart``) needs
+    the database, not Flask's app, its routes or the OpenAPI description: importing the
+    ``api`` package does not build or import the app (about a third of a command's
+    start-up)."""
+    code = (
+        "import sys\n"
+        "from api.cli import main\n"
+        "code = main(['token', 'create', '--tenant', 'light'])\n"
+        "print(code, [m for m in ('api.app', 'api.blueprints', 'api.openapi') if m in sys.modules])\n"
+        "import api\n"
+        "print(api.create_app.__module__, 'api.app' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCANVAS_")}
+    env["AGENTCANVAS_DATABASE_URL"] = database_url
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-2:] == ["0 []", "api.app True"], done.stdout
+    assert lines[1].split()[-1].startswith("ac-")  # the token was made
