@@ -10,6 +10,7 @@ scenario (two servers, clients, a node killed) is tests/e2e/test_galera.py.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -231,15 +232,20 @@ def _next_attempt(monitor: Any, replies: list, seen: set[str], what: str) -> set
         )
 
 
-def _aborts_reach(galera: GaleraCluster, monitor: Any, count: int, replies: list) -> None:
-    """Wait until node 1 has brute-force aborted ``count`` transactions in all."""
+def _lost(galera: GaleraCluster) -> int:
+    """How many of node 1's transactions lost to another node's write so far: brute-force
+    aborted while they ran, or failing certification at their commit (both a 1213)."""
+    status = galera.wsrep(1)
+    return int(status["wsrep_local_bf_aborts"]) + int(status["wsrep_local_cert_failures"])
 
-    def reached() -> bool:
+
+def _let_through_once_lost(galera: GaleraCluster, monitor: Any, count: int, replies: list) -> None:
+    """Wait (up to 5 s) until node 1 counts ``count`` lost transactions in all."""
+    give_up = time.monotonic() + 5
+    while _lost(galera) < count and time.monotonic() < give_up:
         if replies:
             _waiting_inserts(monitor, replies)  # fails, showing the early answer
-        return int(galera.wsrep(1)["wsrep_local_bf_aborts"]) >= count
-
-    until(reached, f"node 1 to count {count} brute-force aborts", step=0.1)
+        time.sleep(0.1)
 
 
 def _waiting_inserts(monitor: Any, replies: list | None = None) -> set[str]:
@@ -267,7 +273,8 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
     flag, as a cancel from another server would), so Galera aborts it (1213).
 
     Returns the reply, how many times the session's version moved, how many messages
-    were logged, and how many transactions node 1 aborted meanwhile."""
+    were logged, and how many of node 1's transactions lost to another node's write
+    meanwhile (:func:`_lost`)."""
     app = create_app(
         {
             "DATABASE_URL": galera.url(name, first=1),
@@ -280,7 +287,7 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
     session_id = api.create_session(agent_id)
     version = "SELECT version FROM session WHERE id = %s"
     (before,) = galera.query(1, version, session_id, database=name)[0]
-    aborts_before = int(galera.wsrep(1)["wsrep_local_bf_aborts"])
+    lost_before = _lost(galera)
     logged_before = _logged(galera, name, session_id)
     locker = pymysql.connect(host="127.0.0.1", port=galera.ports[1], user="root", database=name)
     replies = []
@@ -302,13 +309,14 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
             flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
             galera.query(2, flip, session_id, database=name)
         if conflicts <= cluster.CONFLICT_RETRIES:
-            # The attempt after the last conflict is let through once node 1 counts the
-            # last abort. Waiting for it at the lock instead hung now and then: MariaDB can
-            # leave a brute-force-aborted transaction waiting for a lock that another local
-            # transaction holds (here the hand-taken one) until that lock is let go
-            # (MDEV-24775, MDEV-39681); then the aborted attempt fails (1213) and the next
-            # one runs free.
-            _aborts_reach(galera, monitor, aborts_before + conflicts, replies)
+            # The attempt after the last conflict is let through: the lock is let go once
+            # node 1 counts the last loss, or after 5 s. Waiting for that attempt to queue
+            # at the lock hung now and then: MariaDB can leave a brute-force-aborted
+            # transaction waiting for a lock another local transaction holds (here the
+            # hand-taken one), not yet counted, until that lock is let go (MDEV-24775,
+            # MDEV-39681). Let go, the aborted attempt fails (1213) and the next runs free;
+            # the counts below show that it happened.
+            _let_through_once_lost(galera, monitor, lost_before + conflicts, replies)
         monitor.close()
         locker.rollback()
         turn.join(60)
@@ -317,7 +325,7 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
         stop_apps([app])
     assert replies, "the turn did not answer"
     (after,) = galera.query(3, version, session_id, database=name)[0]
-    aborted = int(galera.wsrep(1)["wsrep_local_bf_aborts"]) - aborts_before
+    aborted = _lost(galera) - lost_before
     return replies[0], after - before, _logged(galera, name, session_id) - logged_before, aborted
 
 
