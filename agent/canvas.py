@@ -32,7 +32,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -54,6 +53,7 @@ from agent.errors import (
 )
 from agent.forms import check_answers, value_size
 from agent.frozen import FrozenList
+from agent.limits import Limits
 from agent.memo import BoundedMemo
 from agent.refs import Ref, descend, parse_ref, sole_ref
 from agent.stream import LazyText
@@ -70,30 +70,6 @@ _RUNTIME_KEYS = ("path", "history", "retrieval", "memory", "globals", "state", "
 CITATION_RE = re.compile(r"\[ID:\s*(\d+)\]")
 #: Found chunks kept in the snapshot per turn.
 MAX_RETRIEVAL_CHUNKS = 32
-
-
-@dataclass
-class Limits:
-    """Per-canvas limits (docs/design.md §11); the API fills them from its configuration."""
-
-    max_steps: int = 1000
-    max_seconds: float = 600.0
-    max_snapshot_bytes: int = 16 * 1024 * 1024
-    max_dsl_bytes: int = 4 * 1024 * 1024
-    max_components: int = 500
-    max_value_bytes: int = 64 * 1024
-    history_size: int = 100
-    retrieval_size: int = 20
-    # Files in conversations (docs/design.md §13): one file, the files one turn may carry
-    # (attached and answered in forms), and all the files a session may take in.
-    max_file_bytes: int = 32 * 1024 * 1024
-    max_files_per_turn: int = 10
-    max_session_file_bytes: int = 256 * 1024 * 1024
-
-    @classmethod
-    def from_mapping(cls, values: dict | None) -> Limits:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (values or {}).items() if k in names})
 
 
 def _check_runtime_keys(dsl: dict) -> None:

@@ -30,7 +30,6 @@ from agent.settings import load_settings
 from api import config as app_config
 from api.db import Agent, db, init_database
 from api.errors import ApiError
-from api.services.agents import SAMPLES_DIR, read_agent_file
 from api.services.tokens import DEFAULT_TENANT
 
 
@@ -86,8 +85,8 @@ def cmd_token_create(args: argparse.Namespace) -> int:
 
 
 def cmd_token_list(args: argparse.Namespace) -> int:
+    from api.db import date_of
     from api.services import tokens
-    from api.services.agents import date_of
 
     _open_db()
     with db.connection_context():
@@ -114,7 +113,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> int:
 def import_agent(tenant_id: str, path: str | Path, title: str | None, limits: Any) -> Agent:
     from api.services import agents
 
-    file_title, dsl, description = read_agent_file(path)
+    file_title, dsl, description = agents.read_agent_file(path)
     return agents.create_agent(tenant_id, title or file_title, dsl, description, limits)
 
 
@@ -272,6 +271,7 @@ def sample_dataset(tenant_id: str) -> str:
     (the server parses them as it starts); nothing if the tenant has it already."""
     from api.db import Dataset
     from api.services import datasets, parsing
+    from api.services.agents import SAMPLES_DIR
 
     folder = SAMPLES_DIR / "knowledge"
     files = sorted(folder.glob("*.md")) if folder.is_dir() else []
@@ -293,6 +293,7 @@ def sample_dataset(tenant_id: str) -> str:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from api.services import embed, tokens
+    from api.services.agents import SAMPLES_DIR, read_agent_file
 
     config = _open_db()
     limits = app_config.canvas_limits(config)

@@ -21,7 +21,7 @@ key                       from
 ``SWEEP_INTERVAL_SECONDS`` ``session.sweep_interval_seconds``
 ``MEMORY_TTL_SECONDS``    ``memory.ttl_seconds``
 ``AGENT_LIST_SHAPE``      ``agent.list_shape`` (``AGENTCANVAS_AGENT_LIST_SHAPE``)
-``LIMITS``                ``limits`` (the fields of :class:`agent.canvas.Limits`)
+``LIMITS``                ``limits`` (the fields of :class:`agent.limits.Limits`)
 ``SETTINGS``              everything, for services that read other sections
 ========================  =====================================
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agent.canvas import Limits
+from agent.limits import Limits
 
 DEFAULTS: dict[str, Any] = {
     # A relative SQLite path is under AGENTCANVAS_HOME (agent.settings.data_home).

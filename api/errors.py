@@ -9,15 +9,17 @@ message does not leak internals.
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
-from flask import has_request_context, request
 from peewee import InterfaceError, OperationalError, PeeweeException
-from werkzeug.exceptions import HTTPException
 
 from agent import errors as agent_errors
 from api.db.cluster import write_conflict
 from api.telemetry import metrics
+
+if TYPE_CHECKING:
+    from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger("agentcanvas.api")
 
@@ -172,7 +174,7 @@ def reply_for(exc: BaseException) -> tuple[dict, int]:
     if isinstance(exc, agent_errors.CanvasError):
         code, status = http_status_for_type(type(exc))
         return envelope(code, str(exc)), status
-    if isinstance(exc, HTTPException):
+    if _is_http_exception(exc):
         return _http_reply(exc)
     if isinstance(exc, PeeweeException) and write_conflict(exc):
         # A deadlock or a Galera certification failure that outlived the retries.
@@ -224,7 +226,17 @@ def _count(exc: BaseException) -> None:
         metrics().db_errors.labels("request").inc()
 
 
+def _is_http_exception(exc: BaseException) -> bool:
+    """Whether ``exc`` is Werkzeug's ``HTTPException``, without importing Werkzeug here
+    (a command that needs only the database starts without it): such an exception exists
+    only once Werkzeug is loaded."""
+    exceptions = sys.modules.get("werkzeug.exceptions")
+    return exceptions is not None and isinstance(exc, exceptions.HTTPException)
+
+
 def _http_reply(exc: HTTPException) -> tuple[dict, int]:
+    from flask import has_request_context, request
+
     status = exc.code or 500
     if status == 413:
         return envelope(ARGUMENT_ERROR, exc.description or "the request body is too large"), 413

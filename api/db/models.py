@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import datetime
 
 from peewee import (
     BigAutoField,
@@ -34,6 +35,11 @@ def new_id() -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def date_of(ms: int) -> str:
+    """A time in ms as RAGFlow's replies write dates (``create_date``...): local time."""
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
 #: The width of :attr:`Session.update_mark`'s steps: 10 minutes, in ms.

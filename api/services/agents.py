@@ -15,7 +15,6 @@ the latest release when there is one and else the draft (embed page, OpenAI rout
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from agent.component.retrieval import dataset_ids_in
 from agent.forms import public_form
 from agent.settings import resource_dir
 from api import ratelimit
-from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, now_ms, write_transaction
+from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, date_of, now_ms, write_transaction
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
 from api.services.files import FileSettings, delete_agent_files, remove_stored_files
 from api.services.retention import trash_sessions
@@ -330,10 +329,6 @@ def get_version(tenant_id: str, agent_id: str, version_id: str) -> AgentVersion:
     if version is None:
         raise NotFound(f"version {version_id!r} of agent {agent_id!r} not found")
     return version
-
-
-def date_of(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def agent_json(agent: Agent, with_dsl: bool = True) -> dict:

@@ -31,11 +31,10 @@ from peewee import fn
 
 from agent.llm.client import ChatClient
 from agent.llm.config import resolve_model
-from api.db import Memory, MemoryEntry, db, now_ms, write_transaction
+from api.db import Memory, MemoryEntry, date_of, db, now_ms, write_transaction
 from api.db.fulltext import FullTextIndex
 from api.errors import ArgumentError, NotFound
 from api.http import field
-from api.services.agents import date_of
 from api.services.memory import key_hash
 
 log = logging.getLogger("agentcanvas.memories")

@@ -6,10 +6,10 @@ import json
 
 from peewee import Expression, ModelSelect
 
-from api.db import MessageLog, Session, write_transaction
+from api.db import MessageLog, Session, date_of, write_transaction
 from api.errors import ArgumentError
 from api.services import history
-from api.services.agents import date_of, get_agent
+from api.services.agents import get_agent
 from api.services.retention import trash_sessions
 from api.services.turns import effective_status, turn_service
 
