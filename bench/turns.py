@@ -2,14 +2,19 @@
 
 One "turn" of the intake sample is what a client does for a form: a completion that
 pauses at the form, then one that resumes it with the answers (two requests, two
-committed snapshots). Every subject plays the same conversation, **interleaved turn
-by turn** (subject A's turn 57, then B's, then C's..., in a rotating order; or, with
-``--block N``, by blocks of N turns: A's turns 57-63, then B's...), and is
-timed over a window of turns starting at turns 10, 100 and 1,000, in wall time and in
-this process's CPU time (all its threads; a machine busy with other work disturbs it
-less). Figures are the median over the window with its spread (25th–75th percentile);
-a ratio is the median of the per-turn ratios of two subjects' same-numbered turns,
-which ran moments apart. ``LangGraph + SqliteSaver / floor sqlite, 1 commit`` is printed
+committed snapshots). Every subject plays the same conversation and is timed over a
+window of turns starting at turns 10, 100 and 1,000, in wall time and in this
+process's CPU time (all its threads; a machine busy with other work disturbs it less).
+Each subject has an instance of its own for each point, first played untimed up to
+the point (aged: its conversation 9, 99, 999 turns long); then all the instances play
+their windows **interleaved turn by turn** (A@10's turn 12, B@10's turn 12...,
+A@100's turn 102, B@100's..., A@1000's turn 1002..., in a rotating order; or, with
+``--block N``, by blocks of N turns). Figures are the median over the window with its spread (25th–75th
+percentile); a ratio is the median of the per-turn ratios of two same-numbered turns,
+which ran moments apart: two subjects' at a point, or, in the ``last/first`` column,
+a subject's at the last point and at the first (turn 1,000 against turn 10, measured
+at the same time, so that a machine slowing down during the run does not show as
+growth). ``LangGraph + SqliteSaver / floor sqlite, 1 commit`` is printed
 too: the ratio a turn as cheap as the floor's minimal one would reach, the room there is
 for ours' ``LangGraph / ours``.
 
@@ -100,10 +105,13 @@ class Ours:
             self.session_id = row.id
 
     def turn(self, i: int) -> None:
-        from api.db import bind_database
+        from api.db import db
         from api.services.turns import TurnRequest
 
-        bind_database(self.database)  # several subjects share the one models' handle
+        # Several subjects share the one models' handle. Not api.db.bind_database: that
+        # closes the previous database's idle connections, which a server never does
+        # between its turns (and each instance would then open one again every turn).
+        db.initialize(self.database)
         with self.app.app_context():
             for body in ({"query": f"sign me up {i}"}, {"inputs": ANSWERS}):
                 request = TurnRequest(self.tenant_id, self.agent_id, session_id=self.session_id, **body)
@@ -171,35 +179,45 @@ CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
 def play(
-    subjects: dict[str, object], points: list[int], window: int, block: int = 1, gap: float = 0.0
+    instances: dict[int, dict[str, object]], window: int, block: int = 1, gap: float = 0.0
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
     """Every subject plays the conversation, interleaved; the timed windows.
 
-    Interleaved by blocks of ``block`` turns: subject A plays turns 1..block, then B plays
-    the same turns, then C..., then A plays the next block, the order rotating from block
-    to block so that no subject always goes first. ``block=1`` is turn by turn. With
-    ``gap`` (seconds), each turn comes after a sleep that long, not timed.
-    Each timed turn is measured twice: wall time, and this process's CPU time (every
-    thread's: LangGraph runs its nodes in a pool), which a busy machine disturbs less.
-    Returns ``{clock: {subject: {point: [seconds per turn]}}}``.
+    ``instances`` holds, for each point p, one instance of every subject: each first
+    plays turns 1..p-1 untimed, on its own (aging it to the point). Then every instance
+    of every point plays its window of turns (p..p+window-1), interleaved by blocks of
+    ``block`` turns: A@10 plays turns 10..10+block-1, then B@10..., A@100 its turns
+    100.., B@100..., then A@10 the next block, the order rotating from block to block
+    so that no instance always goes first. ``block=1`` is turn by turn. The k-th turn
+    of every window so runs moments apart from every other's: a machine that slows down
+    during the run slows all points alike, and turn 1,000 against turn 10 compares like
+    with like. With ``gap`` (seconds), each timed turn comes after a sleep that long,
+    not timed. Each timed turn is measured twice: wall time, and this process's CPU
+    time (every thread's: LangGraph runs its nodes in a pool), which a busy machine
+    disturbs less. Returns ``{clock: {subject: {point: [seconds per turn]}}}``.
     """
-    names = list(subjects)
+    points = sorted(instances)
+    names = list(instances[points[0]])
+    for p in points:
+        for subject in instances[p].values():
+            for i in range(1, p):
+                subject.turn(i)
+        print(f"  aged to turn {p}", file=sys.stderr)
     times = {clock: {n: {p: [] for p in points} for n in names} for clock in CLOCKS}
-    windows = {i: p for p in points for i in range(p, p + window)}
-    last = max(points) + window - 1
-    for first in range(1, last + 1, block):
-        shift = (first // block) % len(names)
-        for name in names[shift:] + names[:shift]:  # a rotating order: no subject always first
-            for i in range(first, min(first + block, last + 1)):
+    # Point by point (A@10, B@10..., A@100, B@100...): each turn follows another
+    # subject's, as with one instance a subject, never another instance of its own.
+    players = [(n, p) for p in points for n in names]
+    for first in range(0, window, block):
+        shift = (first // block) % len(players)
+        for name, p in players[shift:] + players[:shift]:  # a rotating order: none always first
+            subject = instances[p][name]
+            for i in range(p + first, p + min(first + block, window)):
                 if gap:
                     time.sleep(gap)
                 wall, cpu = time.perf_counter(), time.process_time()
-                subjects[name].turn(i)
-                if i in windows:
-                    times["wall"][name][windows[i]].append(time.perf_counter() - wall)
-                    times["CPU"][name][windows[i]].append(time.process_time() - cpu)
-        if first // 100 != (first + block) // 100:
-            print(f"  turn {first + block - 1}/{last}", file=sys.stderr)
+                subject.turn(i)
+                times["wall"][name][p].append(time.perf_counter() - wall)
+                times["CPU"][name][p].append(time.process_time() - cpu)
     return times
 
 
@@ -227,7 +245,9 @@ def report(group: str, times: dict[str, dict[int, list[float]]], points: list[in
         for p in points:
             q1, q2, q3 = quartiles(by_point[p])
             cells += f"{f'{q2 * 1000:.2f} [{q1 * 1000:.2f}–{q3 * 1000:.2f}]':>24}"
-        growth = statistics.median(by_point[points[-1]]) / statistics.median(by_point[points[0]])
+        # The k-th turns of the first and last windows ran moments apart (play).
+        pairs = zip(by_point[points[-1]], by_point[points[0]], strict=True)
+        growth = statistics.median(last / first for last, first in pairs)
         print(f"{name:<{width}}{cells}{growth:>11.2f}x")
     print("paired per-turn ratios, median [25th–75th percentile]:")
     for (top, bottom), label in zip(rows, labels, strict=True):
@@ -272,65 +292,65 @@ def main() -> int:
 
     cleanups: list = []
 
-    def make_groups(block: int, gap: float) -> list[tuple[str, dict[str, object]]]:
-        """Fresh subjects on fresh databases for a run interleaved by blocks of ``block``
-        (``gap`` ms of idle before each turn)."""
+    def sqlite_subjects(sync: str, tag: str) -> dict[str, object]:
+        subjects: dict[str, object] = {
+            "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{tag}.db?synchronous={sync}"),
+            **(
+                {
+                    "ours sqlite, uncached": Ours(
+                        f"sqlite:///{tmp}/ours-nc-{tag}.db?synchronous={sync}", cache=False
+                    )
+                }
+                if args.uncached
+                else {}
+            ),
+            "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{tag}.db", False, sync),
+            "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{tag}.db", True, sync),
+        }
+        if langgraph:
+            subjects["LangGraph + SqliteSaver"] = LangGraphSqlite(f"{tmp}/langgraph-{tag}.db", sync)
+        return subjects
+
+    def server_subjects(backend: str, throwaway) -> dict[str, object]:  # noqa: ANN001 - a function
+        urls = []
+        for _ in range(4 if args.uncached else 3):
+            url, drop = throwaway()
+            cleanups.append(drop)
+            urls.append(url)
+        return {
+            f"ours {backend}": Ours(urls[0]),
+            **({f"ours {backend}, uncached": Ours(urls[3], cache=False)} if args.uncached else {}),
+            f"floor {backend}, 1 commit": Floor(urls[1], False),
+            f"floor {backend}, 2 commits": Floor(urls[2], True),
+        }
+
+    def make_groups(block: int, gap: float) -> list[tuple[str, dict[int, dict[str, object]]]]:
+        """Fresh subjects on fresh databases, one of each for each point, for a run
+        interleaved by blocks of ``block`` (``gap`` ms of idle before each turn)."""
         how = "turn by turn" if block == 1 else f"by blocks of {block} turns"
         if gap:
             how += f", {gap:g} ms idle before each turn"
         tag = f"b{block}-g{gap:g}"
-        groups: list[tuple[str, dict[str, object]]] = []
+        groups: list[tuple[str, dict[int, dict[str, object]]]] = []
         for sync in args.durability.split(","):
-            subjects: dict[str, object] = {
-                "ours sqlite": Ours(f"sqlite:///{tmp}/ours-{sync}-{tag}.db?synchronous={sync}"),
-                **(
-                    {
-                        "ours sqlite, uncached": Ours(
-                            f"sqlite:///{tmp}/ours-nc-{sync}-{tag}.db?synchronous={sync}", cache=False
-                        )
-                    }
-                    if args.uncached
-                    else {}
-                ),
-                "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{sync}-{tag}.db", False, sync),
-                "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{sync}-{tag}.db", True, sync),
-            }
-            if langgraph:
-                subjects["LangGraph + SqliteSaver"] = LangGraphSqlite(
-                    f"{tmp}/langgraph-{sync}-{tag}.db", sync
+            groups.append(
+                (
+                    f"SQLite WAL, synchronous={sync.upper()}, interleaved {how}",
+                    {p: sqlite_subjects(sync, f"{sync}-{tag}-t{p}") for p in points},
                 )
-            groups.append((f"SQLite WAL, synchronous={sync.upper()}, interleaved {how}", subjects))
+            )
         if not args.no_mysql:
-            urls = []
-            for _ in range(4 if args.uncached else 3):
-                url, drop = mysql_database()
-                cleanups.append(drop)
-                urls.append(url)
             groups.append(
                 (
                     f"MariaDB (server durability, the same for all), interleaved {how}",
-                    {
-                        "ours mariadb": Ours(urls[0]),
-                        **({"ours mariadb, uncached": Ours(urls[3], cache=False)} if args.uncached else {}),
-                        "floor mariadb, 1 commit": Floor(urls[1], False),
-                        "floor mariadb, 2 commits": Floor(urls[2], True),
-                    },
+                    {p: server_subjects("mariadb", mysql_database) for p in points},
                 )
             )
         if not args.no_postgres:
-            urls = []
-            for _ in range(3):
-                url, drop = postgres_database()
-                cleanups.append(drop)
-                urls.append(url)
             groups.append(
                 (
                     f"PostgreSQL (server durability, the same for all), interleaved {how}",
-                    {
-                        "ours postgres": Ours(urls[0]),
-                        "floor postgres, 1 commit": Floor(urls[1], False),
-                        "floor postgres, 2 commits": Floor(urls[2], True),
-                    },
+                    {p: server_subjects("postgres", postgres_database) for p in points},
                 )
             )
         return groups
@@ -342,11 +362,12 @@ def main() -> int:
         # each block size without idle (where 0 is one of the gaps), then each other gap by the first block size
         runs = [(b, 0.0) for b in blocks if 0 in gaps] + [(blocks[0], g) for g in gaps if g]
         for block, gap in runs:
-            for group, subjects in make_groups(block, gap):
+            for group, instances in make_groups(block, gap):
                 print(f"  playing {group}", file=sys.stderr)
-                results.append((group, play(subjects, points, args.window, block, gap / 1000)))
-                for subject in subjects.values():
-                    subject.close()
+                results.append((group, play(instances, args.window, block, gap / 1000)))
+                for subjects in instances.values():
+                    for subject in subjects.values():
+                        subject.close()
         for group, times in results:
             for clock, by_clock in times.items():
                 report(group, by_clock, points, clock)
