@@ -5,18 +5,26 @@ pauses at the form, then one that resumes it with the answers (two requests, two
 committed snapshots). Every subject plays the same conversation and is timed over a
 window of turns starting at turns 10, 100 and 1,000, in wall time and in this
 process's CPU time (all its threads; a machine busy with other work disturbs it less).
+
 Each subject has an instance of its own for each point, first played untimed up to
-the point (aged: its conversation 9, 99, 999 turns long); then all the instances play
+the point (aged: its conversation 9, 99, 999 turns long) on a database that has
+already had ``--warmup`` turns (150) of another conversation, as a server's has. A new
+SQLite file's WAL grows with each commit until its first checkpoint, and under
+``synchronous=FULL`` a commit that makes the file longer syncs its new size too: a
+cost a database pays once in its life, which turn 10 on a new file showed (the
+floor's turn 10 took 1.74 ms, its turn 1,000 1.10). Then all the instances play
 their windows **interleaved turn by turn** (A@10's turn 12, B@10's turn 12...,
 A@100's turn 102, B@100's..., A@1000's turn 1002..., in a rotating order; or, with
-``--block N``, by blocks of N turns). Figures are the median over the window with its spread (25th–75th
-percentile); a ratio is the median of the per-turn ratios of two same-numbered turns,
-which ran moments apart: two subjects' at a point, or, in the ``last/first`` column,
-a subject's at the last point and at the first (turn 1,000 against turn 10, measured
-at the same time, so that a machine slowing down during the run does not show as
-growth). ``LangGraph + SqliteSaver / floor sqlite, 1 commit`` is printed
-too: the ratio a turn as cheap as the floor's minimal one would reach, the room there is
-for ours' ``LangGraph / ours``.
+``--block N``, by blocks of N turns).
+
+Figures are the median over the window with its spread (25th–75th percentile); a
+ratio is the median of the per-turn ratios of two same-numbered turns, which ran
+moments apart: two subjects' at a point, or, in the ``last/first`` column, a subject's
+at the last point and at the first (turn 1,000 against turn 10, measured at the same
+time, so that a machine slowing down during the run does not show as growth).
+``LangGraph + SqliteSaver / floor sqlite, 1 commit`` is printed too: the ratio a turn
+as cheap as the floor's minimal one would reach, the room there is for ours'
+``LangGraph / ours``.
 
 SQLite subjects run in WAL mode with the same ``synchronous`` setting, reported as two
 row groups: ``NORMAL`` (our default) and ``FULL`` (SQLite's default, an fsync per
@@ -50,7 +58,7 @@ moment between requests: a CPU that went idle runs the next turn slower (its cac
 cold, here a virtual CPU the host used meanwhile), a fixed cost that weighs more on a
 short turn than on a long one. Gaps are listed like blocks (``--gap 0,5``: a run each).
 
-    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--block 1,7] [--gap 0,5]
+    .venv/bin/python bench/turns.py [--points 10,100,1000] [--window 21] [--warmup 150] [--block 1,7] [--gap 0,5]
         [--no-mysql] [--no-postgres]
 """
 
@@ -101,22 +109,39 @@ class Ours:
             agent = create_agent(tenant.id, f"intake-{uuid.uuid4().hex[:6]}", intake_dsl(), "", limits)
             self.agent_id = agent.id
             self.svc = self.app.extensions["agentcanvas.turns"]
-            row, _ = self.svc.create_session(self.tenant_id, self.agent_id)
-            self.session_id = row.id
+            self.session_id = self._new_session()
 
-    def turn(self, i: int) -> None:
+    def _new_session(self) -> str:
+        row, _ = self.svc.create_session(self.tenant_id, self.agent_id)
+        return row.id
+
+    def _bind(self) -> None:
         from api.db import db
-        from api.services.turns import TurnRequest
 
         # Several subjects share the one models' handle. Not api.db.bind_database: that
         # closes the previous database's idle connections, which a server never does
         # between its turns (and each instance would then open one again every turn).
         db.initialize(self.database)
+
+    def turn(self, i: int, session_id: str | None = None) -> None:
+        from api.services.turns import TurnRequest
+
+        self._bind()
         with self.app.app_context():
             for body in ({"query": f"sign me up {i}"}, {"inputs": ANSWERS}):
-                request = TurnRequest(self.tenant_id, self.agent_id, session_id=self.session_id, **body)
+                request = TurnRequest(
+                    self.tenant_id, self.agent_id, session_id=session_id or self.session_id, **body
+                )
                 result = self.svc.start(request, inline=True).wait()
                 assert result.status in ("paused", "succeeded"), result
+
+    def warm(self, turns: int) -> None:
+        """``turns`` turns of another conversation on the same database."""
+        self._bind()
+        with self.app.app_context():
+            other = self._new_session()
+        for i in range(turns):
+            self.turn(i, other)
 
     def close(self) -> None:
         cache = self.svc.canvases
@@ -140,12 +165,17 @@ class Floor:
         canvas = Canvas(intake_dsl())
         canvas.reset()
         self.store = Store(url, synchronous)
-        self.store.seed(str(canvas), 1)
+        self.store.seed(str(canvas), 2)  # s0 the conversation measured, s1 another (warm)
         self.two_commits = two_commits
 
-    def turn(self, i: int) -> None:
+    def turn(self, i: int, session_id: str = "s0") -> None:
         for user in (f"sign me up {i}", json.dumps(ANSWERS)):
-            assert self.store.turn("s0", user, "Thanks", self.two_commits) > 0
+            assert self.store.turn(session_id, user, "Thanks", self.two_commits) > 0
+
+    def warm(self, turns: int) -> None:
+        """``turns`` turns of another conversation on the same database."""
+        for i in range(turns):
+            self.turn(i, "s1")
 
     def close(self) -> None:
         self.store.conn().close()
@@ -166,9 +196,14 @@ class LangGraphSqlite:
         self.cfg = {"configurable": {"thread_id": "bench"}}
         self.Command = Command
 
-    def turn(self, i: int) -> None:
-        self.app.invoke({"query": f"sign me up {i}"}, self.cfg)
-        self.app.invoke(self.Command(resume=ANSWERS), self.cfg)
+    def turn(self, i: int, cfg: dict | None = None) -> None:
+        self.app.invoke({"query": f"sign me up {i}"}, cfg or self.cfg)
+        self.app.invoke(self.Command(resume=ANSWERS), cfg or self.cfg)
+
+    def warm(self, turns: int) -> None:
+        """``turns`` turns of another conversation (thread) on the same database."""
+        for i in range(turns):
+            self.turn(i, {"configurable": {"thread_id": "warm"}})
 
     def close(self) -> None:
         self.conn.close()
@@ -179,12 +214,13 @@ CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
 def play(
-    instances: dict[int, dict[str, object]], window: int, block: int = 1, gap: float = 0.0
+    instances: dict[int, dict[str, object]], window: int, block: int = 1, gap: float = 0.0, warmup: int = 0
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
     """Every subject plays the conversation, interleaved; the timed windows.
 
     ``instances`` holds, for each point p, one instance of every subject: each first
-    plays turns 1..p-1 untimed, on its own (aging it to the point). Then every instance
+    plays ``warmup`` turns of another conversation on its database, then turns 1..p-1
+    of the one measured, untimed, on its own (aging it to the point). Then every instance
     of every point plays its window of turns (p..p+window-1), interleaved by blocks of
     ``block`` turns: A@10 plays turns 10..10+block-1, then B@10..., A@100 its turns
     100.., B@100..., then A@10 the next block, the order rotating from block to block
@@ -200,6 +236,7 @@ def play(
     names = list(instances[points[0]])
     for p in points:
         for subject in instances[p].values():
+            subject.warm(warmup)
             for i in range(1, p):
                 subject.turn(i)
         print(f"  aged to turn {p}", file=sys.stderr)
@@ -265,6 +302,12 @@ def main() -> int:
     )
     parser.add_argument("--points", default="10,100,1000")
     parser.add_argument("--window", type=int, default=21)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=150,
+        help="turns of another conversation each database has had before the one measured starts",
+    )
     parser.add_argument("--no-mysql", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--durability", default="normal,full", help="SQLite synchronous settings to run")
@@ -364,7 +407,7 @@ def main() -> int:
         for block, gap in runs:
             for group, instances in make_groups(block, gap):
                 print(f"  playing {group}", file=sys.stderr)
-                results.append((group, play(instances, args.window, block, gap / 1000)))
+                results.append((group, play(instances, args.window, block, gap / 1000, args.warmup)))
                 for subjects in instances.values():
                     for subject in subjects.values():
                         subject.close()
