@@ -29,7 +29,7 @@ from api.errors import ArgumentError, AuthError, NotFound, TooLarge
 from api.http import flag, json_body, ok, tenant_id, transcript_page_args
 from api.openapi import Body, Query, spec
 from api.services import embed
-from api.services.agents import get_agent
+from api.services.agents import agent_limits_of, get_agent
 from api.services.tokens import hash_token, tenant_for_token
 from api.services.turns import TurnRequest, turn_service
 
@@ -219,9 +219,11 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
 
 
 def _count_visitor(agent_id: str, end_user: str) -> None:
-    """One request of this embed token's visitor against the embed rate limit (429 when over)."""
-    agent = get_agent(tenant_id(), agent_id)
-    ratelimit.hit("embed", f"{hash_token(bearer_token() or '')[:16]}:{end_user}", agent)
+    """One request of this embed token's visitor against the embed rate limit (429 when over);
+    :class:`NotFound` when the token's tenant has no such agent, limit or not."""
+    agent = agent_limits_of(tenant_id(), agent_id)
+    if ratelimit.limited("embed", agent):  # else the key need not be made (a sha256)
+        ratelimit.hit("embed", f"{hash_token(bearer_token() or '')[:16]}:{end_user}", agent)
 
 
 def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from peewee import IntegrityError
 
@@ -27,6 +27,7 @@ from agent.forms import public_form
 from agent.settings import resource_dir
 from api import ratelimit
 from api.db import Agent, AgentVersion, Dataset, MemoryEntry, Session, date_of, now_ms, write_transaction
+from api.db.prepared import Prepared
 from api.errors import ArgumentError, Conflict, NotFound, TooLarge
 from api.services.files import FileSettings, delete_agent_files, remove_stored_files
 from api.services.retention import trash_sessions
@@ -110,8 +111,37 @@ def get_agent(tenant_id: str, agent_id: str) -> Agent:
     """The tenant's agent; another tenant's is reported exactly like a missing one."""
     agent = Agent.get_or_none((Agent.id == agent_id) & (Agent.tenant_id == tenant_id))
     if agent is None:
-        raise NotFound(f"agent {agent_id!r} not found")
+        raise _agent_not_found(agent_id)
     return agent
+
+
+class AgentLimits(NamedTuple):
+    """What :mod:`api.ratelimit` reads of an agent: its id and its own ``rate_limits``."""
+
+    id: str
+    rate_limits: str | None
+
+
+_AGENT_LIMITS = Prepared(
+    lambda m: Agent.select(Agent.id, Agent.rate_limits).where(
+        (Agent.id == m("id")) & (Agent.tenant_id == m("tenant"))
+    )
+)
+
+
+def agent_limits_of(tenant_id: str, agent_id: str) -> AgentLimits:
+    """The tenant's agent as a request counted against its rate limits needs it, found or
+    refused as :func:`get_agent` does: two columns read by a prepared statement, where
+    :func:`get_agent` builds its query and a model of the whole row (the DSL too), which
+    was a third of an embed completion's time (0.5 ms of it on SQLite)."""
+    row = _AGENT_LIMITS.row(id=agent_id, tenant=tenant_id) if isinstance(agent_id, str) else None
+    if row is None:
+        raise _agent_not_found(agent_id)
+    return AgentLimits(*row)
+
+
+def _agent_not_found(agent_id: Any) -> NotFound:
+    return NotFound(f"agent {agent_id!r} not found")
 
 
 def _title_taken(tenant_id: str, title: str) -> Conflict:

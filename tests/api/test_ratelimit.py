@@ -56,6 +56,22 @@ def test_embed_limit_counts_each_visitor_and_an_agent_may_set_its_own(app_factor
     assert_429(third.complete(agent_id, "hi", stream=False), "the agent's rate_limits")
 
 
+def test_an_agents_own_embed_limit_holds_where_the_server_sets_none(api: Api):
+    token = make_token(api.app, "tenant-a", "embed")
+    agent_id = api.create_agent(echo_dsl())
+    free = api.create_agent(echo_dsl(), title="free")
+    assert api.put(f"/agents/{agent_id}", json={"rate_limits": {"embed": "1/minute"}}).status_code == 200
+    visitor = Bot(api.app, token, new_user())
+    assert visitor.complete(agent_id, "hi", stream=False).status_code == 200
+    assert_429(visitor.complete(agent_id, "hi", stream=False), "the agent's rate_limits")
+    for _ in range(3):  # the same visitor on an agent without a limit of its own
+        assert visitor.complete(free, "hi", stream=False).status_code == 200
+    # Another tenant's agent is not found, limited or not, and nothing is counted for it.
+    theirs = Bot(api.app, make_token(api.app, "tenant-b", "embed"), new_user())
+    for _ in range(2):
+        assert theirs.complete(agent_id, "hi", stream=False).status_code == 404
+
+
 def test_no_limit_by_default_and_bad_settings_are_refused(api: Api):
     for _ in range(5):
         assert api.get("/agents").status_code == 200
