@@ -17,7 +17,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from peewee import Cast, Model, Node, Query, Value
+from peewee import AutoField, Cast, Model, Node, Query, Value
 
 from api.db.database import Sent, db, is_postgres, is_sqlite
 
@@ -167,3 +167,27 @@ class Prepared:
         for row in model.raw(sql, *bind(values)):
             return row
         return None
+
+
+def inserting(model: type[Model]) -> Prepared:
+    """An INSERT of one ``model`` row: every column but an auto-increment key, each value
+    by its field's name, as :func:`new_row` makes them."""
+    return Prepared(
+        lambda m: model.insert(
+            {f: m(f.name) for f in model._meta.sorted_fields if not isinstance(f, AutoField)}
+        )
+    )
+
+
+def new_row(model: type[Model], **values: Any) -> dict[str, Any]:
+    """The values of a new ``model`` row for :func:`inserting`: ``values``, and every other
+    field's default (called when it is a function), as ``model.create(**values)`` stores
+    them (values as the database takes them: no field conversion, see the module's)."""
+    row = {}
+    for f in model._meta.sorted_fields:
+        if f.name in values:
+            row[f.name] = values[f.name]
+        elif not isinstance(f, AutoField):
+            default = f.default
+            row[f.name] = default() if callable(default) else default
+    return row

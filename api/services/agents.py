@@ -298,15 +298,47 @@ def runnable_version(tenant_id: str, agent_id: str, release: bool | None) -> tup
     was published); None, the latest release when there is one, else the draft.
     """
     agent = get_agent(tenant_id, agent_id)
-    if release is False or (release is None and not agent.release_version_id):
-        return agent, agent.version_id, agent.dsl
-    if not agent.release_version_id:
+    version_id = _pick_version(agent_id, agent.version_id, agent.release_version_id, release)
+    if version_id == agent.version_id:  # the draft's DSL is the agent's
+        return agent, version_id, agent.dsl
+    return agent, version_id, AgentVersion.get_by_id(version_id).dsl
+
+
+_RUNNABLE = Prepared(
+    lambda m: Agent.select(Agent.version_id, Agent.release_version_id).where(
+        (Agent.id == m("id")) & (Agent.tenant_id == m("tenant"))
+    )
+)
+_VERSION_DSL = Prepared(lambda m: AgentVersion.select(AgentVersion.dsl).where(AgentVersion.id == m("id")))
+
+
+def runnable_version_id(tenant_id: str, agent_id: str, release: bool | None) -> str:
+    """The id of the version :func:`runnable_version` picks (refused as it refuses), read
+    without the agent's row: a version's DSL never changes, so a caller that keeps what
+    it made of one (api.services.turns, a new session's state) need not read it again."""
+    row = _RUNNABLE.row(id=agent_id, tenant=tenant_id) if isinstance(agent_id, str) else None
+    if row is None:
+        raise _agent_not_found(agent_id)
+    return _pick_version(agent_id, row[0], row[1], release)
+
+
+def version_dsl(version_id: str) -> str:
+    """The DSL text of an agent version (:class:`NotFound` once its agent was deleted)."""
+    row = _VERSION_DSL.row(id=version_id)
+    if row is None:
+        raise NotFound(f"agent version {version_id!r} not found (its agent was deleted)")
+    return row[0]
+
+
+def _pick_version(agent_id: str, draft: str, released: str | None, release: bool | None) -> str:
+    if release is False or (release is None and not released):
+        return draft
+    if not released:
         raise Conflict(
             f"agent {agent_id!r} has no published version; publish one with 'release': true "
             f"on PUT /agents/{agent_id} (or leave out 'release' to run the draft)"
         )
-    version = AgentVersion.get_by_id(agent.release_version_id)
-    return agent, version.id, version.dsl
+    return released
 
 
 def templates() -> list[dict]:

@@ -58,11 +58,11 @@ from api.config import canvas_limits
 from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, update_mark, write_transaction
 from api.db.cluster import write_conflict
 from api.db.database import run_retrying, writer_in_line
-from api.db.prepared import Prepared
+from api.db.prepared import Prepared, inserting, new_row
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
 from api.services import variables as variables_service
-from api.services.agents import get_agent, runnable_version
+from api.services.agents import get_agent, runnable_version_id, version_dsl
 from api.services.canvas_cache import CanvasCache
 from api.services.files import FileSettings, TurnFiles, files_of_turn, record_session_files
 from api.services.leases import LeaseKeeper, lease_free, lease_live, new_owner
@@ -85,6 +85,8 @@ UNLEASED_SECONDS = 0.5
 _STATELESS_SERVICES = ("memory_store", "retriever", "mcp_servers")
 #: The most agents whose stateless services are kept (then they are made anew).
 _SHARED_SERVICES_ENTRIES = 1024
+#: The most agent versions whose new sessions' first state is kept (then made anew).
+_FIRST_STATES_ENTRIES = 256
 
 
 def turn_service() -> TurnService:
@@ -279,6 +281,8 @@ class TurnService:
         self._active: set[Turn] = set()
         # (tenant id, agent id) -> the app's services and the turn's stateless ones (_turn_services).
         self._shared_services: dict[tuple[str, str], dict[str, Any]] = {}
+        # agent version id -> the state and prologue its new sessions start with (_first_state).
+        self._first_states: dict[str, tuple[str, str]] = {}
         self._active_lock = threading.Lock()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -322,35 +326,58 @@ class TurnService:
         """:meth:`create_session`, and the new session's state: ``(row, prologue, snapshot)``."""
         if source not in SOURCES:
             raise ArgumentError(f"session source {source!r} is not one of {', '.join(SOURCES)}")
-        _, version_id, dsl = runnable_version(tenant_id, agent_id, release)
-        canvas = Canvas(dsl, limits=self.limits)
-        canvas.reset()
-        prologue = canvas.component("begin").prologue()
+        version_id = runnable_version_id(tenant_id, agent_id, release)
+        snapshot, prologue = self._first_state(version_id)
         now = now_ms()
+        values = new_row(
+            Session,
+            tenant_id=tenant_id,
+            agent_id=agent_id,
+            agent_version_id=version_id,
+            name=name,
+            user_id=user_id,
+            source=source,
+            state_slot=0,
+            transcript_bytes=len(prologue.encode("utf-8")),
+            create_time=now,
+            update_time=now,
+            update_mark=update_mark(now),
+            expiry_mark=now,
+        )
         with write_transaction():
-            session = Session.create(
-                tenant_id=tenant_id,
-                agent_id=agent_id,
-                agent_version_id=version_id,
-                name=name,
-                user_id=user_id,
-                source=source,
-                state_slot=0,
-                transcript_bytes=len(prologue.encode("utf-8")),
-                create_time=now,
-                update_time=now,
-                update_mark=update_mark(now),
-                expiry_mark=now,
-            )
-            snapshot = str(canvas)
+            _INSERT_SESSION.execute(values)
             history.WRITE_STATE.execute(
-                {"id": session.id, "slot": 0, "round": 0, "snapshot": snapshot, "now": now}
+                {"id": values["id"], "slot": 0, "round": 0, "snapshot": snapshot, "now": now}
             )
             if prologue:
-                MessageLog.create(
-                    session_id=session.id, round=0, role="assistant", content=prologue, create_time=now
+                _INSERT_MESSAGE.execute(
+                    new_row(
+                        MessageLog,
+                        session_id=values["id"],
+                        round=0,
+                        role="assistant",
+                        content=prologue,
+                        create_time=now,
+                    )
                 )
-        return session, prologue, snapshot
+        return Session(**values), prologue, snapshot
+
+    def _first_state(self, version_id: str) -> tuple[str, str]:
+        """``(snapshot, prologue)``: the state a new session of agent version ``version_id``
+        starts in, and its Begin's prologue. Made once per version in this process: a
+        version's DSL never changes and a new canvas's state depends on nothing else; the
+        DSL is read and loaded, the canvas reset and dumped only the first time (each time
+        it was most of a new session's cost, with the agent's whole row read as a model)."""
+        first = self._first_states.get(version_id)
+        if first is None:
+            canvas = Canvas(version_dsl(version_id), limits=self.limits)
+            canvas.reset()
+            prologue = canvas.component("begin").prologue()
+            first = (str(canvas), prologue)
+            if len(self._first_states) >= _FIRST_STATES_ENTRIES:
+                self._first_states.clear()
+            self._first_states[version_id] = first
+        return first
 
     def find_session(
         self,
@@ -1292,6 +1319,8 @@ _SAVE_TURN_UNLEASED = _save(succeeded=True, leased=False)
 _SAVE_FAILED_TURN_UNLEASED = _save(succeeded=False, leased=False)
 # The columns of a message-log row; _log_rows names its values "<column><row number>".
 _LOG_COLUMNS = ("session_id", "round", "role", "content", "message_id", "meta", "create_time")
+_INSERT_SESSION = inserting(Session)
+_INSERT_MESSAGE = inserting(MessageLog)
 _APPEND_EXCHANGE = Prepared(
     lambda m: MessageLog.insert_many([{c: m(f"{c}{i}") for c in _LOG_COLUMNS} for i in range(2)])
 )

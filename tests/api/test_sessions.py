@@ -47,6 +47,36 @@ def test_sessions_stay_on_the_version_they_started_with(api: Api):
     assert api.session(agent_id, new_session)["agent_version_id"] == versions[0]["id"]
 
 
+def test_a_new_session_starts_from_its_own_version_also_after_the_agent_changed(api: Api):
+    # The state and prologue a new session starts with are made once per version in a
+    # process (api.services.turns._first_state): each version's own, never the last one made.
+    echo = {"Message:Echo": ("Message", {"content": ["{sys.query}"]}, [])}
+    agent_id = api.create_agent(dsl_of(echo, prologue="Welcome!"))
+    made = [api.post(f"/agents/{agent_id}/sessions", json={"name": f"s{i}"}).json["data"] for i in range(2)]
+    assert [m["message"] for m in made] == [[{"role": "assistant", "content": "Welcome!"}]] * 2
+    # What creation answers is the row as stored.
+    for m in made:
+        stored = api.session(agent_id, m["id"])
+        assert {k: stored[k] for k in m if k != "message"} == {k: v for k, v in m.items() if k != "message"}
+
+    api.put(f"/agents/{agent_id}", json={"dsl": dsl_of(echo, prologue="Hello again!"), "release": True})
+    edited = api.post(f"/agents/{agent_id}/sessions", json={}).json["data"]
+    assert edited["message"] == [{"role": "assistant", "content": "Hello again!"}]
+    api.put(f"/agents/{agent_id}", json={"dsl": dsl_of(echo, prologue="Draft")})
+    released = api.post(f"/agents/{agent_id}/sessions", json={"release": True}).json["data"]
+    assert released["message"] == [{"role": "assistant", "content": "Hello again!"}]
+    assert released["agent_version_id"] == edited["agent_version_id"] != made[0]["agent_version_id"]
+    assert [(m["role"], m["content"]) for m in api.session(agent_id, made[0]["id"])["message"]] == [
+        ("assistant", "Welcome!")
+    ]
+
+    # A deleted agent's versions make no session, though this process still has their state.
+    assert api.delete(f"/agents/{agent_id}").status_code == 200
+    gone = api.post(f"/agents/{agent_id}/sessions", json={})
+    assert gone.status_code == 404 and agent_id in gone.json["message"]
+    assert api.ask(agent_id, None, "hi").status_code == 404
+
+
 def test_get_session_has_the_transcript(api: Api):
     agent_id = api.create_agent(echo_dsl())
     session_id = api.create_session(agent_id)
