@@ -17,16 +17,16 @@ from __future__ import annotations
 import io
 import logging
 import re
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
-from flask import Blueprint, Flask, Response
+from flask import Blueprint, Flask, Response, g
 from flask.typing import ResponseReturnValue
 from pydantic import Field
 from werkzeug.exceptions import HTTPException
 
 from api.auth import authenticate, require_api_token
-from api.blueprints.openai_compat import openai_reply
+from api.blueprints.openai_compat import OpenAIChatBody, openai_error_shape, openai_reply
 from api.errors import SUCCESS, ArgumentError, envelope, retry_headers, turn_failure_status
 from api.http import (
     error_reply,
@@ -228,102 +228,156 @@ def chat_completions() -> ResponseReturnValue:
     return _complete(agent_id, body)
 
 
+class _LaneRoute(NamedTuple):
+    """A route :class:`CompletionLane` answers: ``POST`` to a path ``path`` matches (its
+    group: the agent id), that Flask serves by ``endpoint``, with the JSON body
+    ``fields`` (:func:`~api.openapi.plain_fields` of the view's schema) describes."""
+
+    path: re.Pattern
+    endpoint: str
+    fields: tuple[dict[str, frozenset], tuple[str, ...]] | None
+    #: Body keys the view reads as flags, checked before the lane takes a request.
+    flags: tuple[str, ...]
+    #: ``(agent id, body, tenant)`` -> the view's reply (run under an app context).
+    answer: Callable[[str, dict, str], ResponseReturnValue]
+    #: The blueprint's ``after_request`` hooks, which the lane runs on every reply as
+    #: Flask does (a hook of the route not listed here keeps the route Flask's).
+    after: tuple[Callable[[Response], Response], ...] = ()
+
+
+def _openai_answer(agent_id: str, body: dict, tenant: str) -> ResponseReturnValue:
+    g.tenant_id = tenant  # what require_api_token sets for the view (tenant_id())
+    return openai_reply(agent_id, body)
+
+
+def _lane_routes() -> tuple[_LaneRoute, ...]:
+    return (
+        _LaneRoute(
+            re.compile(r"/api/v1/agents/([^/]+)/completions"),
+            "completions.agent_completions",
+            plain_fields(CompletionBody),
+            ("stream", "return_trace"),  # what _complete reads as flags
+            lambda agent_id, body, tenant: _complete(agent_id, body, tenant=tenant),
+        ),
+        _LaneRoute(
+            re.compile(r"/api/v1/agents_openai/([^/]+)/chat/completions"),
+            "openai_compat.chat_completions",
+            plain_fields(OpenAIChatBody),
+            (),  # openai_reply answers a bad flag itself, in OpenAI's shape
+            _openai_answer,
+            (openai_error_shape,),
+        ),
+    )
+
+
 class CompletionLane:
-    """``POST /api/v1/agents/<agent_id>/completions`` answered in front of Flask: the WSGI
-    app :func:`api.create_app` serves (``app.wsgi_app``), streamed or blocking.
+    """Completions answered in front of Flask: the WSGI app :func:`api.create_app` serves
+    (``app.wsgi_app``), streamed or blocking, for ``POST /api/v1/agents/<agent_id>/completions``
+    and ``POST /api/v1/agents_openai/<agent_id>/chat/completions`` (:func:`_lane_routes`).
 
     A completion is the API's busiest request, and Flask's part of one (the request
     context pushed and popped, the route matched, the view's hooks and schema check
     dispatched) was about a quarter of a blocking one's CPU time (bench/http.py's intake
-    turn). Here it runs the same steps as the view, in the same order and through the
+    turn; an OpenAI one cost 1.09-1.11x an /agents one answered here, bench/routes.py).
+    Here it runs the same steps as the view, in the same order and through the
     same functions: :func:`~api.auth.authenticate` (the token, then the rate limit),
-    then the view's own :func:`_complete`, under an app context (which gives the
-    request's database connection back at its end, as Flask's does: a streamed turn runs
-    in a thread of its own); an error is answered by :func:`~api.http.error_reply`, as
-    the app's error handler answers it.
+    then the view's own reply (:func:`_complete`, :func:`openai_reply`), under an app
+    context (which gives the request's database connection back at its end, as Flask's
+    does: a streamed turn runs in a thread of its own); an error is answered by
+    :func:`~api.http.error_reply`, as the app's error handler answers it; and the
+    blueprint's ``after_request`` hooks the route lists run on the reply, as Flask runs them.
 
-    It stands aside (every request goes to Flask) unless, at its first request, Flask
-    would run nothing more for the route than it does: the route's view, and of hooks only
-    the blueprint's token check (:meth:`_flask_adds_nothing`). It takes only requests it
+    It stands aside for a route (its requests go to Flask) unless, at its first request,
+    Flask would run nothing more for it than it does: the route's view, and of hooks only
+    the blueprint's token check and the ``after_request`` ones it runs itself
+    (:meth:`_flask_adds_nothing`). It takes only requests it
     reads exactly as Flask would: a JSON body of a given length within
     ``MAX_CONTENT_LENGTH`` that parses (:func:`~api.http.parse_json_object`), that the
-    route's schema accepts as it is (:func:`~api.openapi.fits`) and whose ``stream`` and
-    ``return_trace`` are flags. Everything else (a chunked or bad body, another route or
+    route's schema accepts as it is (:func:`~api.openapi.fits`) and whose flags the view
+    reads as such (``stream``, ``return_trace`` on /completions). Everything else (a chunked or bad body, another route or
     method) goes to Flask untouched, its body handed on as read, before anything that
     counts (the token's rate limit) has happened.
     """
 
-    _PATH = re.compile(r"/api/v1/agents/([^/]+)/completions")
-
     def __init__(self, app: Flask, wsgi_app: Any):
         self.app = app
         self.wsgi_app = wsgi_app
-        self._fields = plain_fields(CompletionBody)
-        self._on: bool | None = None  # known at the first request
-        # Routes of that shape without a variable part (/agents/chat/completions) win
+        self._routes = _lane_routes()
+        # Routes of those shapes without a variable part (/agents/chat/completions) win
         # in Flask's matching: they stay Flask's.
         self._other_routes = frozenset(
             rule.rule
             for rule in app.url_map.iter_rules()
-            if not rule.arguments and self._PATH.fullmatch(rule.rule)
+            if not rule.arguments and any(r.path.fullmatch(rule.rule) for r in self._routes)
         )
+        self._on: tuple[_LaneRoute, ...] | None = None  # the routes it serves, known at the first request
 
     def __call__(self, environ: dict, start_response: Any) -> Any:
         if self._on is None:
-            self._on = self._flask_adds_nothing()
+            self._on = tuple(route for route in self._routes if self._flask_adds_nothing(route))
+            if self._on:
+                self.app._got_first_request = True  # noqa: SLF001 - Flask's own flag: hooks can no longer be added
         taken = self._take(environ) if self._on else None
         if taken is None:
             return self.wsgi_app(environ, start_response)
-        agent_id, body = taken
+        route, agent_id, body = taken
         with self.app.app_context():
             try:
-                reply = _complete(agent_id, body, tenant=authenticate(environ))
+                reply = self.app.make_response(route.answer(agent_id, body, authenticate(environ)))
             except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
                 reply = error_reply(exc)
+            for hook in route.after:
+                reply = hook(reply)
             return reply(environ, start_response)
 
-    def _flask_adds_nothing(self) -> bool:
-        """Whether Flask would run, for the route, only what :meth:`__call__` runs too (then
-        marks the app as serving, as Flask does at its first request: hooks can no longer
-        be added); logs why not otherwise."""
+    def _flask_adds_nothing(self, route: _LaneRoute) -> bool:
+        """Whether Flask would run, for ``route``, only what :meth:`__call__` runs too; logs
+        why not otherwise."""
         app = self.app
         adapter = app.url_map.bind("localhost")
         try:
-            endpoint, _ = adapter.match("/api/v1/agents/x/completions", method="POST")
+            endpoint, _ = adapter.match(route.path.pattern.replace("([^/]+)", "x"), method="POST")
         except HTTPException:
             endpoint = None
+        blueprint = route.endpoint.partition(".")[0]
         hooks = {
             "before_request": app.before_request_funcs,
             "after_request": app.after_request_funcs,
             "teardown_request": app.teardown_request_funcs,
             "url_value_preprocessor": app.url_value_preprocessors,
         }
+        ran = {"before_request": (require_api_token,), "after_request": route.after}
         extra = [
             name
             for name, funcs in hooks.items()
-            for scope in (None, "completions")
+            for scope in (None, blueprint)
             for func in funcs.get(scope, ())
-            if not (name == "before_request" and scope == "completions" and func is require_api_token)
+            if not (scope == blueprint and func in ran.get(name, ()))
         ]
-        if endpoint != "completions.agent_completions" or extra or self._fields is None:
+        if endpoint != route.endpoint or extra or route.fields is None:
             log.warning(
-                "blocking completions go through Flask: %s",
-                f"hooks {extra}" if extra else f"the route is {endpoint!r}" if self._fields else "schema",
+                "%s goes through Flask: %s",
+                route.endpoint,
+                f"hooks {extra}" if extra else f"the route is {endpoint!r}" if route.fields else "schema",
             )
             return False
-        app._got_first_request = True  # noqa: SLF001 - Flask's own flag for it
         return True
 
-    def _take(self, environ: dict) -> tuple[str, dict] | None:
-        """``(agent id, body)`` of a request this answers; else ``None``, the body (if
-        read) put back for Flask."""
+    def _take(self, environ: dict) -> tuple[_LaneRoute, str, dict] | None:
+        """``(route, agent id, body)`` of a request this answers; else ``None``, the body
+        (if read) put back for Flask."""
         if environ.get("REQUEST_METHOD") != "POST" or environ.get("CONTENT_TYPE") != "application/json":
             return None
-        match = self._PATH.fullmatch(environ.get("PATH_INFO") or "")
+        path = environ.get("PATH_INFO") or ""
+        for route in self._on:
+            match = route.path.fullmatch(path)
+            if match is not None:
+                break
+        else:
+            return None
         length = environ.get("CONTENT_LENGTH")
         if (
-            match is None
-            or match.group(0) in self._other_routes
+            match.group(0) in self._other_routes
             or not length
             or not length.isdigit()
             or not length.isascii()
@@ -337,10 +391,10 @@ class CompletionLane:
         raw = environ["wsgi.input"].read(size) if size else b""
         try:
             body = parse_json_object(raw) if len(raw) == size else None
-            if body is not None and fits(self._fields, body):
-                for name in ("stream", "return_trace"):  # what _complete reads as flags
+            if body is not None and fits(route.fields, body):
+                for name in route.flags:
                     flag(body.get(name), name)
-                return wsgi_text(match.group(1)), body
+                return route, wsgi_text(match.group(1)), body
         except ArgumentError:  # Flask's view says so
             pass
         environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came

@@ -72,7 +72,7 @@ def chat_completions(agent_id: str) -> ResponseReturnValue:
 
 
 @bp.after_request
-def _openai_error_shape(response: Response) -> Response:
+def openai_error_shape(response: Response) -> Response:
     """Errors raised before the view (auth, malformed JSON) get the ``error`` object too."""
     if response.status_code >= 400 and response.is_json:
         body = response.get_json(silent=True)

@@ -27,7 +27,9 @@ _VARYING = {
     "create_time",
     "update_time",
     "elapsed_time",
+    "created",
 }
+_ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "n"}  # the intake form's
 _HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
 _ID = re.compile(r"[0-9a-f]{32}")
 
@@ -54,22 +56,23 @@ class FlaskOnly(Api):
 def _reply(resp) -> tuple:
     text = resp.get_data(as_text=True)
     if resp.headers.get("Content-Type", "").startswith("text/event-stream"):
-        body = _steady(parse_sse(text))
+        # RAGFlow's frames are "data:<json>", OpenAI's "data: <json>" and "data: [DONE]"
+        body = _steady(parse_sse(text.replace("data: ", "data:")))
     else:
         body = _steady(json.loads(text))
     return resp.status_code, {h: resp.headers.get(h) for h in _HEADERS}, body
 
 
-def _counting_view(app) -> list:
-    """Count the calls of Flask's completion view (the lane never calls it)."""
+def _counting_view(app, endpoint: str = "completions.agent_completions") -> list:
+    """Count the calls of Flask's view of a completion route (the lane never calls it)."""
     calls: list = []
-    view = app.view_functions["completions.agent_completions"]
+    view = app.view_functions[endpoint]
 
     def counted(**kwargs):
         calls.append(kwargs)
         return view(**kwargs)
 
-    app.view_functions["completions.agent_completions"] = counted
+    app.view_functions[endpoint] = counted
     return calls
 
 
@@ -84,16 +87,15 @@ def test_a_form_turn_through_the_lane_is_answered_as_by_flask(app):
     calls = _counting_view(app)
     token = make_token(app)
     agent_id = Api(app, token).create_agent(sample("intake_form"))
-    answers = {"name": "Ann", "age": 41, "plan": "pro", "notes": "n"}
 
     def form_turns(api: Api):
         session_id = api.create_session(agent_id)
         streamed = api.create_session(agent_id)
         return [
             api.ask(agent_id, session_id, "sign me up"),
-            api.ask(agent_id, session_id, inputs=answers),
+            api.ask(agent_id, session_id, inputs=_ANSWERS),
             api.ask(agent_id, streamed, "sign me up", stream=True),
-            api.ask(agent_id, streamed, inputs=answers, stream=True, return_trace=True),
+            api.ask(agent_id, streamed, inputs=_ANSWERS, stream=True, return_trace=True),
         ]
 
     paused, finished, paused_stream, finished_stream = _both(app, token, form_turns)
@@ -105,20 +107,29 @@ def test_a_form_turn_through_the_lane_is_answered_as_by_flask(app):
     assert len(calls) == 4  # Flask's view answered FlaskOnly's four; the lane, the app's
 
 
+def _echo_and_failing(api: Api) -> tuple[str, str]:
+    """Two agents: one that echoes the question, one whose turn times out (504)."""
+    failing = dsl_of({"TestFail:Call": ("TestFail", {"error": "LLMTimeout"}, [])})
+    return api.create_agent(echo_dsl()), api.create_agent(failing)
+
+
+def _busy_session(app, api: Api, agent_id: str) -> str:
+    """A session of ``agent_id`` that another turn holds (its lease far from expiring)."""
+    session_id = api.create_session(agent_id)
+    with app.app_context():
+        Session.update(lease_owner="someone", lease_expires=2**62).where(Session.id == session_id).execute()
+    return session_id
+
+
 def test_errors_the_lane_meets_are_answered_as_by_flask(app):
     calls = _counting_view(app)
     token = make_token(app)
-    echo = Api(app, token).create_agent(echo_dsl())
-    failing = Api(app, token).create_agent(
-        dsl_of({"TestFail:Call": ("TestFail", {"error": "LLMTimeout"}, [])})
-    )
+    echo, failing = _echo_and_failing(Api(app, token))
 
     def errors(api: Api):
         session_id = api.create_session(echo)
-        busy_id = api.create_session(echo)
+        busy_id = _busy_session(app, api, echo)
         blocking = {"session_id": session_id, "question": "hi", "stream": False}
-        with app.app_context():
-            Session.update(lease_owner="someone", lease_expires=2**62).where(Session.id == busy_id).execute()
         return [
             api.ask(echo, "no-such-session", "hi"),
             api.ask("no-such-agent", None, "hi"),
@@ -195,3 +206,88 @@ def test_the_lane_stands_aside_when_flask_would_run_more(app):
     resp = api.ask(agent_id, api.create_session(agent_id), "hi")
     assert resp.status_code == 200 and resp.json["data"]["data"]["content"] == "echo: hi"
     assert len(calls) == 1 and seen.count("hook") == 3  # Flask answered all three, hooks run
+
+
+# ------------------------------------------------------------------ the OpenAI route
+_OPENAI_VIEW = "openai_compat.chat_completions"
+
+
+def _openai(api: Api, agent_id: str, question: str = "hi", **body):
+    messages = [{"role": "user", "content": question}]
+    return api.post(f"/agents_openai/{agent_id}/chat/completions", json={"messages": messages, **body})
+
+
+def test_an_openai_form_turn_through_the_lane_is_answered_as_by_flask(app):
+    calls = _counting_view(app, _OPENAI_VIEW)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(sample("intake_form"))
+
+    def form_turns(api: Api):
+        session_id = api.create_session(agent_id)
+        streamed = api.create_session(agent_id)
+        usage = {"include_usage": True}
+        return [
+            _openai(api, agent_id, "sign me up", session_id=session_id),
+            _openai(api, agent_id, inputs=_ANSWERS, session_id=session_id, model="intake"),
+            _openai(api, agent_id, "sign me up", metadata={"id": streamed}, stream=True),
+            _openai(api, agent_id, inputs=_ANSWERS, session_id=streamed, stream=True, stream_options=usage),
+            _openai(api, agent_id, "a new session"),
+        ]
+
+    paused, finished, paused_stream, finished_stream, new = _both(app, token, form_turns)
+    assert paused[0] == 200 and paused[2]["object"] == "chat.completion"
+    assert paused[2]["user_inputs"]["component_id"]  # the form waits
+    assert finished[2]["choices"][0]["message"]["content"].startswith("Thanks Ann!")
+    assert finished[2]["model"] == "intake"
+    assert paused_stream[1]["Content-Type"].startswith("text/event-stream")
+    assert paused_stream[2][-1] == "[DONE]" and finished_stream[2][-1] == "[DONE]"
+    assert finished_stream[2][-2]["usage"]["completion_tokens"] > 0
+    assert new[0] == 200
+    assert len(calls) == 5  # Flask's view answered FlaskOnly's five; the lane, the app's
+
+
+def test_openai_errors_the_lane_meets_are_answered_as_by_flask(app):
+    calls = _counting_view(app, _OPENAI_VIEW)
+    token = make_token(app)
+    echo, failing = _echo_and_failing(Api(app, token))
+
+    def errors(api: Api):
+        session_id = api.create_session(echo)
+        busy_id = _busy_session(app, api, echo)
+        path = f"/agents_openai/{echo}/chat/completions"
+        hello = {"messages": [{"role": "user", "content": "hi"}]}
+        return [
+            _openai(api, echo, session_id="no-such-session"),
+            _openai(api, "no-such-agent"),
+            _openai(api, echo, session_id=busy_id),
+            _openai(api, echo, session_id=session_id, stream="maybe"),
+            _openai(api, echo, session_id=session_id, metadata={"id": busy_id}),
+            api.post(path, json={"messages": []}),
+            api.post(path, json={"messages": [{"role": "assistant", "content": "hi"}]}),
+            _openai(api, failing, session_id=api.create_session(failing)),
+            _openai(api, echo, session_id=session_id),
+            *(api.post(path, json=hello, headers={"Authorization": value}) for value in ("Bearer wrong", "")),
+        ]
+
+    replies = _both(app, token, errors)
+    assert [r[0] for r in replies] == [404, 404, 409, 400, 400, 400, 400, 504, 200, 401, 401]
+    for status, _, body in replies:
+        if status >= 400:  # OpenAI's error object, the after_request hook's also where the lane answered
+            assert body["error"]["message"] and body["error"]["type"], body
+    assert replies[-1][2]["error"]["type"] == "authentication_error"
+    assert replies[8][2]["choices"][0]["message"]["content"] == "echo: hi"
+    # Flask's view ran for FlaskOnly's requests but the two its token check refused; the
+    # lane answered all of the app's.
+    assert len(calls) == 9
+
+
+def test_an_openai_body_its_schema_refuses_reaches_flask(app):
+    calls = _counting_view(app, _OPENAI_VIEW)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(echo_dsl())
+    path = f"/agents_openai/{agent_id}/chat/completions"
+    (reply,) = _both(app, token, lambda api: [api.post(path, json={"messages": "hi"})])
+    assert reply[0] in (400, 422) and reply[2]["error"]["type"]
+    assert (
+        len(calls) == 2
+    )  # both reached Flask's view (whose schema check refused them): the lane stood aside
