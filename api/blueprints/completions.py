@@ -219,7 +219,12 @@ def agent_completions(agent_id: str) -> ResponseReturnValue:
 @bp.post("/agents/chat/completions")
 @spec.validate(json=ChatCompletionBody, tags=["completions"])
 def chat_completions() -> ResponseReturnValue:
-    body = json_body()
+    return _chat(json_body())
+
+
+def _chat(body: dict) -> ResponseReturnValue:
+    """``/agents/chat/completions``: the agent named in the body; OpenAI's shapes with
+    ``"openai-compatible": true``."""
     if body.get("agent_id") is None:
         raise ArgumentError("`agent_id` is required.")  # RAGFlow's wording
     agent_id = field(body, "agent_id", str)
@@ -233,21 +238,26 @@ class _LaneRoute(NamedTuple):
     group: the agent id), that Flask serves by ``endpoint``, with the JSON body
     ``fields`` (:func:`~api.openapi.plain_fields` of the view's schema) describes."""
 
-    path: re.Pattern
+    path: re.Pattern  # its group, if any: the agent id
     endpoint: str
     fields: tuple[dict[str, frozenset], tuple[str, ...]] | None
     #: Body keys the view reads as flags, checked before the lane takes a request.
     flags: tuple[str, ...]
-    #: ``(agent id, body, tenant)`` -> the view's reply (run under an app context).
-    answer: Callable[[str, dict, str], ResponseReturnValue]
+    #: ``(agent id or None, body, tenant)`` -> the view's reply (run under an app context).
+    answer: Callable[[str | None, dict, str], ResponseReturnValue]
     #: The blueprint's ``after_request`` hooks, which the lane runs on every reply as
     #: Flask does (a hook of the route not listed here keeps the route Flask's).
     after: tuple[Callable[[Response], Response], ...] = ()
 
 
-def _openai_answer(agent_id: str, body: dict, tenant: str) -> ResponseReturnValue:
-    g.tenant_id = tenant  # what require_api_token sets for the view (tenant_id())
-    return openai_reply(agent_id, body)
+def _as_caller(reply: Callable[[str | None, dict], ResponseReturnValue]) -> Callable:
+    """``reply(agent_id, body)`` as a lane's answer: the tenant where the view finds it."""
+
+    def answer(agent_id: str | None, body: dict, tenant: str) -> ResponseReturnValue:
+        g.tenant_id = tenant  # what require_api_token sets for the view (api.http.tenant_id)
+        return reply(agent_id, body)
+
+    return answer
 
 
 def _lane_routes() -> tuple[_LaneRoute, ...]:
@@ -260,11 +270,18 @@ def _lane_routes() -> tuple[_LaneRoute, ...]:
             lambda agent_id, body, tenant: _complete(agent_id, body, tenant=tenant),
         ),
         _LaneRoute(
+            re.compile(r"/api/v1/agents/chat/completions"),  # ragflow-sdk's since 0.26
+            "completions.chat_completions",
+            plain_fields(ChatCompletionBody),
+            ("stream", "return_trace", "openai-compatible"),
+            _as_caller(lambda _, body: _chat(body)),
+        ),
+        _LaneRoute(
             re.compile(r"/api/v1/agents_openai/([^/]+)/chat/completions"),
             "openai_compat.chat_completions",
             plain_fields(OpenAIChatBody),
             (),  # openai_reply answers a bad flag itself, in OpenAI's shape
-            _openai_answer,
+            _as_caller(openai_reply),
             (openai_error_shape,),
         ),
     )
@@ -272,16 +289,18 @@ def _lane_routes() -> tuple[_LaneRoute, ...]:
 
 class CompletionLane:
     """Completions answered in front of Flask: the WSGI app :func:`api.create_app` serves
-    (``app.wsgi_app``), streamed or blocking, for ``POST /api/v1/agents/<agent_id>/completions``
-    and ``POST /api/v1/agents_openai/<agent_id>/chat/completions`` (:func:`_lane_routes`).
+    (``app.wsgi_app``), streamed or blocking, for ``POST /api/v1/agents/<agent_id>/completions``,
+    ``/api/v1/agents/chat/completions`` and ``/api/v1/agents_openai/<agent_id>/chat/completions``
+    (:func:`_lane_routes`).
 
     A completion is the API's busiest request, and Flask's part of one (the request
     context pushed and popped, the route matched, the view's hooks and schema check
     dispatched) was about a quarter of a blocking one's CPU time (bench/http.py's intake
-    turn; an OpenAI one cost 1.09-1.11x an /agents one answered here, bench/routes.py).
+    turn; an OpenAI one cost 1.09-1.11x an /agents one answered here, a
+    /agents/chat/completions one 1.06-1.08x: bench/routes.py).
     Here it runs the same steps as the view, in the same order and through the
     same functions: :func:`~api.auth.authenticate` (the token, then the rate limit),
-    then the view's own reply (:func:`_complete`, :func:`openai_reply`), under an app
+    then the view's own reply (:func:`_complete`, :func:`_chat`, :func:`openai_reply`), under an app
     context (which gives the request's database connection back at its end, as Flask's
     does: a streamed turn runs in a thread of its own); an error is answered by
     :func:`~api.http.error_reply`, as the app's error handler answers it; and the
@@ -303,12 +322,12 @@ class CompletionLane:
         self.app = app
         self.wsgi_app = wsgi_app
         self._routes = _lane_routes()
-        # Routes of those shapes without a variable part (/agents/chat/completions) win
-        # in Flask's matching: they stay Flask's.
+        # Paths of a route's shape without its variable part (/agents/chat/completions
+        # for /agents/<agent_id>/completions) win in Flask's matching: never that route's.
         self._other_routes = frozenset(
             rule.rule
             for rule in app.url_map.iter_rules()
-            if not rule.arguments and any(r.path.fullmatch(rule.rule) for r in self._routes)
+            if not rule.arguments and any(r.path.groups and r.path.fullmatch(rule.rule) for r in self._routes)
         )
         self._on: tuple[_LaneRoute, ...] | None = None  # the routes it serves, known at the first request
 
@@ -363,7 +382,7 @@ class CompletionLane:
             return False
         return True
 
-    def _take(self, environ: dict) -> tuple[_LaneRoute, str, dict] | None:
+    def _take(self, environ: dict) -> tuple[_LaneRoute, str | None, dict] | None:
         """``(route, agent id, body)`` of a request this answers; else ``None``, the body
         (if read) put back for Flask."""
         if environ.get("REQUEST_METHOD") != "POST" or environ.get("CONTENT_TYPE") != "application/json":
@@ -371,18 +390,12 @@ class CompletionLane:
         path = environ.get("PATH_INFO") or ""
         for route in self._on:
             match = route.path.fullmatch(path)
-            if match is not None:
+            if match is not None and not (route.path.groups and path in self._other_routes):
                 break
         else:
             return None
         length = environ.get("CONTENT_LENGTH")
-        if (
-            match.group(0) in self._other_routes
-            or not length
-            or not length.isdigit()
-            or not length.isascii()
-            or "HTTP_TRANSFER_ENCODING" in environ
-        ):
+        if not length or not length.isdigit() or not length.isascii() or "HTTP_TRANSFER_ENCODING" in environ:
             return None
         size = int(length)
         limit = self.app.config.get("MAX_CONTENT_LENGTH")
@@ -394,7 +407,7 @@ class CompletionLane:
             if body is not None and fits(route.fields, body):
                 for name in route.flags:
                     flag(body.get(name), name)
-                return route, wsgi_text(match.group(1)), body
+                return route, wsgi_text(match.group(1)) if route.path.groups else None, body
         except ArgumentError:  # Flask's view says so
             pass
         environ["wsgi.input"] = io.BytesIO(raw)  # for Flask, as it came

@@ -107,10 +107,14 @@ def test_a_form_turn_through_the_lane_is_answered_as_by_flask(app):
     assert len(calls) == 4  # Flask's view answered FlaskOnly's four; the lane, the app's
 
 
-def _echo_and_failing(api: Api) -> tuple[str, str]:
-    """Two agents: one that echoes the question, one whose turn times out (504)."""
+def _error_agents(app, view: str = "completions.agent_completions") -> tuple[list, str, tuple[str, str]]:
+    """The calls of ``view`` counted, a token, and two agents: one that echoes the
+    question, one whose turn times out (504)."""
+    calls = _counting_view(app, view)
+    token = make_token(app)
+    api = Api(app, token)
     failing = dsl_of({"TestFail:Call": ("TestFail", {"error": "LLMTimeout"}, [])})
-    return api.create_agent(echo_dsl()), api.create_agent(failing)
+    return calls, token, (api.create_agent(echo_dsl()), api.create_agent(failing))
 
 
 def _busy_session(app, api: Api, agent_id: str) -> str:
@@ -122,9 +126,7 @@ def _busy_session(app, api: Api, agent_id: str) -> str:
 
 
 def test_errors_the_lane_meets_are_answered_as_by_flask(app):
-    calls = _counting_view(app)
-    token = make_token(app)
-    echo, failing = _echo_and_failing(Api(app, token))
+    calls, token, (echo, failing) = _error_agents(app)
 
     def errors(api: Api):
         session_id = api.create_session(echo)
@@ -247,9 +249,7 @@ def test_an_openai_form_turn_through_the_lane_is_answered_as_by_flask(app):
 
 
 def test_openai_errors_the_lane_meets_are_answered_as_by_flask(app):
-    calls = _counting_view(app, _OPENAI_VIEW)
-    token = make_token(app)
-    echo, failing = _echo_and_failing(Api(app, token))
+    calls, token, (echo, failing) = _error_agents(app, _OPENAI_VIEW)
 
     def errors(api: Api):
         session_id = api.create_session(echo)
@@ -291,3 +291,92 @@ def test_an_openai_body_its_schema_refuses_reaches_flask(app):
     assert (
         len(calls) == 2
     )  # both reached Flask's view (whose schema check refused them): the lane stood aside
+
+
+# ------------------------------------------------------------------ /agents/chat/completions
+_CHAT_VIEW = "completions.chat_completions"
+
+
+def _chat(api: Api, agent_id: str | None, **body):
+    return api.post(
+        "/agents/chat/completions", json={**({} if agent_id is None else {"agent_id": agent_id}), **body}
+    )
+
+
+def test_a_chat_form_turn_through_the_lane_is_answered_as_by_flask(app):
+    """ragflow-sdk 0.26+'s session.ask: the agent in the body, RAGFlow's or OpenAI's shapes."""
+    calls = _counting_view(app, _CHAT_VIEW)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(sample("intake_form"))
+    typed = {k: {"type": "line", "value": v} for k, v in _ANSWERS.items()}  # as ragflow-sdk sends them
+
+    def form_turns(api: Api):
+        session_id = api.create_session(agent_id)
+        streamed = api.create_session(agent_id)
+        openai = api.create_session(agent_id)
+        messages = [{"role": "user", "content": "sign me up"}]
+        return [
+            _chat(api, agent_id, session_id=session_id, query="sign me up", stream=False),
+            _chat(api, agent_id, session_id=session_id, inputs=typed, stream=False),
+            _chat(api, agent_id, session_id=streamed, question="sign me up", stream=True),
+            _chat(
+                api, agent_id, session_id=streamed, inputs=_ANSWERS, return_trace=True
+            ),  # streamed by default
+            _chat(api, agent_id, session_id=openai, messages=messages, **{"openai-compatible": True}),
+            _chat(api, agent_id, query="a new session", stream=False, **{"openai-compatible": False}),
+        ]
+
+    paused, finished, paused_stream, finished_stream, openai, new = _both(app, token, form_turns)
+    assert paused[0] == 200 and paused[2]["data"]["event"] == "user_inputs"
+    assert finished[2]["data"]["data"]["content"].startswith("Thanks Ann!")
+    assert [f["event"] for f in paused_stream[2][:-1]] == ["message", "message_end", "user_inputs"]
+    assert "node_finished" in [f["event"] for f in finished_stream[2][:-1]]
+    assert openai[2]["object"] == "chat.completion" and openai[2]["user_inputs"]["component_id"]
+    assert new[0] == 200 and new[2]["data"]["event"] == "user_inputs"
+    assert len(calls) == 6  # Flask's view answered FlaskOnly's six; the lane, the app's
+
+
+def test_chat_errors_the_lane_meets_are_answered_as_by_flask(app):
+    calls, token, (echo, failing) = _error_agents(app, _CHAT_VIEW)
+
+    def errors(api: Api):
+        session_id = api.create_session(echo)
+        return [
+            _chat(api, None, query="hi"),  # RAGFlow's "`agent_id` is required."
+            _chat(api, "no-such-agent", query="hi", stream=False),
+            _chat(api, echo, session_id="no-such-session", query="hi", stream=False),
+            _chat(api, echo, session_id=_busy_session(app, api, echo), query="hi", stream=False),
+            _chat(api, failing, session_id=api.create_session(failing), query="go", stream=False),
+            _chat(api, echo, session_id=session_id, messages=[], **{"openai-compatible": True}),
+            _chat(api, echo, session_id=session_id, query="hi", stream=False),
+            *(
+                api.post(
+                    "/agents/chat/completions", json={"agent_id": echo}, headers={"Authorization": value}
+                )
+                for value in ("Bearer wrong", "")
+            ),
+        ]
+
+    replies = _both(app, token, errors)
+    assert [r[0] for r in replies] == [400, 404, 404, 409, 504, 400, 200, 401, 401]
+    assert "`agent_id` is required." in replies[0][2]["message"]
+    assert replies[5][2]["error"]["type"] == "invalid_request_error"  # openai-compatible: OpenAI's shape
+    assert replies[6][2]["data"]["data"]["content"] == "echo: hi"
+    assert len(calls) == 7  # the lane answered all of the app's; Flask, FlaskOnly's but two
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param({"query": "hi", "openai-compatible": "maybe"}, id="openai-compatible-not-a-flag"),
+        pytest.param({"query": "hi", "stream": "maybe"}, id="stream-not-a-flag"),
+        pytest.param({"query": 5}, id="query-not-text"),
+    ],
+)
+def test_a_chat_body_the_lane_does_not_take_reaches_flask(app, body):
+    calls = _counting_view(app, _CHAT_VIEW)
+    token = make_token(app)
+    agent_id = Api(app, token).create_agent(echo_dsl())
+    (reply,) = _both(app, token, lambda api: [_chat(api, agent_id, **body)])
+    assert reply[0] in (400, 422)
+    assert len(calls) == 2  # Flask's view answered both: the lane stood aside
