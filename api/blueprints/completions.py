@@ -235,10 +235,10 @@ def _chat(body: dict) -> ResponseReturnValue:
 
 class _LaneRoute(NamedTuple):
     """A route :class:`CompletionLane` answers: ``POST`` to a path ``path`` matches (its
-    group: the agent id), that Flask serves by ``endpoint``, with the JSON body
-    ``fields`` (:func:`~api.openapi.plain_fields` of the view's schema) describes."""
+    group, where it has one: the agent id), that Flask serves by ``endpoint``, with the
+    JSON body ``fields`` (:func:`~api.openapi.plain_fields` of the view's schema) describes."""
 
-    path: re.Pattern  # its group, if any: the agent id
+    path: re.Pattern
     endpoint: str
     fields: tuple[dict[str, frozenset], tuple[str, ...]] | None
     #: Body keys the view reads as flags, checked before the lane takes a request.
