@@ -25,7 +25,7 @@ from flask.typing import ResponseReturnValue
 from pydantic import Field
 from werkzeug.exceptions import HTTPException
 
-from api.auth import authenticate, require_api_token
+from api.auth import authenticate, bearer_token, require_api_token
 from api.blueprints.openai_compat import OpenAIChatBody, openai_error_shape, openai_reply
 from api.errors import SUCCESS, ArgumentError, envelope, retry_headers, turn_failure_status
 from api.http import (
@@ -144,16 +144,14 @@ def custom_header(body: dict) -> dict[str, str] | None:
     return headers
 
 
-def turn_request(
-    agent_id: str, body: dict, invoke_from: str = "api", tenant: str | None = None
-) -> TurnRequest:
+def turn_request(agent_id: str, body: dict, invoke_from: str = "api") -> TurnRequest:
     """Read a RAGFlow completion body (``question``/``query``, ``session_id``, ``inputs``...)
-    of ``tenant`` (by default the authenticated caller's)."""
+    of the authenticated caller's tenant."""
     headers = custom_header(body)
     # RAGFlow's SDK sends "question"; its HTTP docs say "query".
     query = field(body, "question" if body.get("question") is not None else "query", str, default="")
     return TurnRequest(
-        tenant_id=tenant or tenant_id(),
+        tenant_id=tenant_id(),
         agent_id=agent_id,
         session_id=field(body, "session_id", str),
         query=query,
@@ -167,8 +165,8 @@ def turn_request(
     )
 
 
-def _complete(agent_id: str, body: dict, tenant: str | None = None) -> ResponseReturnValue:
-    req = turn_request(agent_id, body, tenant=tenant)
+def _complete(agent_id: str, body: dict) -> ResponseReturnValue:
+    req = turn_request(agent_id, body)
     stream = flag(body.get("stream"), "stream", default=True)
     return_trace = flag(body.get("return_trace"), "return_trace", default=False)
     req.trace = return_trace  # without it the stream shows no node event: none is made
@@ -243,79 +241,97 @@ class _LaneRoute(NamedTuple):
     fields: tuple[dict[str, frozenset], tuple[str, ...]] | None
     #: Body keys the view reads as flags, checked before the lane takes a request.
     flags: tuple[str, ...]
-    #: ``(agent id or None, body, tenant)`` -> the view's reply (run under an app context).
-    answer: Callable[[str | None, dict, str], ResponseReturnValue]
-    #: The blueprint's ``after_request`` hooks, which the lane runs on every reply as
-    #: Flask does (a hook of the route not listed here keeps the route Flask's).
-    after: tuple[Callable[[Response], Response], ...] = ()
-
-
-def _as_caller(reply: Callable[[str | None, dict], ResponseReturnValue]) -> Callable:
-    """``reply(agent_id, body)`` as a lane's answer: the tenant where the view finds it."""
-
-    def answer(agent_id: str | None, body: dict, tenant: str) -> ResponseReturnValue:
-        g.tenant_id = tenant  # what require_api_token sets for the view (api.http.tenant_id)
-        return reply(agent_id, body)
-
-    return answer
+    #: The request's environ -> its tenant, or the auth error (the token check of the
+    #: blueprint's ``before_request`` hook).
+    auth: Callable[[dict], str]
+    #: ``(agent id or None, body, environ)`` -> the view's reply, run under an app context
+    #: where ``flask.g.tenant_id`` is the tenant, as the view finds it.
+    answer: Callable[[str | None, dict, dict], ResponseReturnValue]
+    #: The blueprint's hooks the lane stands in for (``before_request``, ``after_request``):
+    #: a hook of the route not listed here keeps the route Flask's.
+    hooks: tuple[Callable, ...] = (require_api_token,)
+    #: ``(reply, environ, agent id)`` -> the reply as the blueprint's ``after_request``
+    #: hooks leave it, run on every reply (errors too), as Flask runs them.
+    finish: Callable[[Response, dict, str | None], Response] | None = None
 
 
 def _lane_routes() -> tuple[_LaneRoute, ...]:
+    # The embed blueprint uses this module's replies: imported once both modules are.
+    from api.blueprints import embed
+
     return (
         _LaneRoute(
             re.compile(r"/api/v1/agents/([^/]+)/completions"),
             "completions.agent_completions",
             plain_fields(CompletionBody),
             ("stream", "return_trace"),  # what _complete reads as flags
-            lambda agent_id, body, tenant: _complete(agent_id, body, tenant=tenant),
+            authenticate,
+            lambda agent_id, body, _: _complete(agent_id, body),
         ),
         _LaneRoute(
             re.compile(r"/api/v1/agents/chat/completions"),  # ragflow-sdk's since 0.26
             "completions.chat_completions",
             plain_fields(ChatCompletionBody),
             ("stream", "return_trace", "openai-compatible"),
-            _as_caller(lambda _, body: _chat(body)),
+            authenticate,
+            lambda _, body, __: _chat(body),
         ),
         _LaneRoute(
             re.compile(r"/api/v1/agents_openai/([^/]+)/chat/completions"),
             "openai_compat.chat_completions",
             plain_fields(OpenAIChatBody),
             (),  # openai_reply answers a bad flag itself, in OpenAI's shape
-            _as_caller(openai_reply),
-            (openai_error_shape,),
+            authenticate,
+            lambda agent_id, body, _: openai_reply(agent_id, body),
+            (require_api_token, openai_error_shape),
+            lambda reply, _, __: openai_error_shape(reply),
+        ),
+        _LaneRoute(
+            re.compile(r"/api/v1/agentbots/([^/]+)/completions"),  # the embed page's
+            "embed.bot.bot_completions",
+            plain_fields(embed.BotCompletionBody),
+            ("stream",),
+            embed.embed_tenant,
+            lambda agent_id, body, environ: embed.bot_complete(agent_id, body, bearer_token(environ)),
+            (embed.require_embed_token, embed.allow_listed_origins),
+            embed.with_listed_origins,
         ),
     )
 
 
 class CompletionLane:
     """Completions answered in front of Flask: the WSGI app :func:`api.create_app` serves
-    (``app.wsgi_app``), streamed or blocking, for ``POST /api/v1/agents/<agent_id>/completions``,
-    ``/api/v1/agents/chat/completions`` and ``/api/v1/agents_openai/<agent_id>/chat/completions``
-    (:func:`_lane_routes`).
+    (``app.wsgi_app``), streamed or blocking, for ``POST`` to
+    ``/api/v1/agents/<agent_id>/completions``, ``/api/v1/agents/chat/completions``,
+    ``/api/v1/agents_openai/<agent_id>/chat/completions`` and the embed page's
+    ``/api/v1/agentbots/<agent_id>/completions`` (:func:`_lane_routes`).
 
     A completion is the API's busiest request, and Flask's part of one (the request
     context pushed and popped, the route matched, the view's hooks and schema check
     dispatched) was about a quarter of a blocking one's CPU time (bench/http.py's intake
-    turn; an OpenAI one cost 1.09-1.11x an /agents one answered here, a
-    /agents/chat/completions one 1.06-1.08x: bench/routes.py).
+    turn). Before the lane took them, the other routes cost more than an
+    /agents/<id>/completions one it answered (bench/routes.py): /agents/chat/completions
+    1.06-1.08x, OpenAI's 1.09-1.11x, the embed page's 1.16-1.20x.
     Here it runs the same steps as the view, in the same order and through the
-    same functions: :func:`~api.auth.authenticate` (the token, then the rate limit),
-    then the view's own reply (:func:`_complete`, :func:`_chat`, :func:`openai_reply`), under an app
-    context (which gives the request's database connection back at its end, as Flask's
-    does: a streamed turn runs in a thread of its own); an error is answered by
-    :func:`~api.http.error_reply`, as the app's error handler answers it; and the
-    blueprint's ``after_request`` hooks the route lists run on the reply, as Flask runs them.
+    same functions: the blueprint's token check (:func:`~api.auth.authenticate`, the token
+    then the rate limit; :func:`api.blueprints.embed.embed_tenant`), then the view's own
+    reply (:func:`_complete`, :func:`_chat`, :func:`openai_reply`,
+    :func:`api.blueprints.embed.bot_complete`), under an app context (which gives the
+    request's database connection back at its end, as Flask's does: a streamed turn runs
+    in a thread of its own) whose ``g.tenant_id`` is the tenant, as the check sets it for
+    the view; an error is answered by :func:`~api.http.error_reply`, as the app's error
+    handler answers it; and what the blueprint's ``after_request`` hooks do is done to
+    every reply (OpenAI's error object; the embed page's CORS), as Flask runs them.
 
     It stands aside for a route (its requests go to Flask) unless, at its first request,
     Flask would run nothing more for it than it does: the route's view, and of hooks only
-    the blueprint's token check and the ``after_request`` ones it runs itself
-    (:meth:`_flask_adds_nothing`). It takes only requests it
-    reads exactly as Flask would: a JSON body of a given length within
+    those of its blueprints it stands in for (:meth:`_flask_adds_nothing`). It takes only
+    requests it reads exactly as Flask would: a JSON body of a given length within
     ``MAX_CONTENT_LENGTH`` that parses (:func:`~api.http.parse_json_object`), that the
     route's schema accepts as it is (:func:`~api.openapi.fits`) and whose flags the view
-    reads as such (``stream``, ``return_trace`` on /completions). Everything else (a chunked or bad body, another route or
-    method) goes to Flask untouched, its body handed on as read, before anything that
-    counts (the token's rate limit) has happened.
+    reads as such (``stream``, ``return_trace``...). Everything else (a chunked or bad
+    body, another route or method) goes to Flask untouched, its body handed on as read,
+    before anything that counts (a rate limit) has happened.
     """
 
     def __init__(self, app: Flask, wsgi_app: Any):
@@ -342,11 +358,12 @@ class CompletionLane:
         route, agent_id, body = taken
         with self.app.app_context():
             try:
-                reply = self.app.make_response(route.answer(agent_id, body, authenticate(environ)))
+                g.tenant_id = route.auth(environ)  # as the blueprint's token check sets it
+                reply = self.app.make_response(route.answer(agent_id, body, environ))
             except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
                 reply = error_reply(exc)
-            for hook in route.after:
-                reply = hook(reply)
+            if route.finish is not None:
+                reply = route.finish(reply, environ, agent_id)
             return reply(environ, start_response)
 
     def _flask_adds_nothing(self, route: _LaneRoute) -> bool:
@@ -358,20 +375,21 @@ class CompletionLane:
             endpoint, _ = adapter.match(route.path.pattern.replace("([^/]+)", "x"), method="POST")
         except HTTPException:
             endpoint = None
-        blueprint = route.endpoint.partition(".")[0]
+        # The route's blueprint and those it is nested in: "embed.bot", "embed".
+        parts = route.endpoint.split(".")[:-1]
+        scopes = (None, *(".".join(parts[:i]) for i in range(len(parts), 0, -1)))
         hooks = {
             "before_request": app.before_request_funcs,
             "after_request": app.after_request_funcs,
             "teardown_request": app.teardown_request_funcs,
             "url_value_preprocessor": app.url_value_preprocessors,
         }
-        ran = {"before_request": (require_api_token,), "after_request": route.after}
         extra = [
             name
             for name, funcs in hooks.items()
-            for scope in (None, blueprint)
+            for scope in scopes
             for func in funcs.get(scope, ())
-            if not (scope == blueprint and func in ran.get(name, ()))
+            if not (scope is not None and name in ("before_request", "after_request") and func in route.hooks)
         ]
         if endpoint != route.endpoint or extra or route.fields is None:
             log.warning(

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import json
 
-from flask import Blueprint, Response, g, render_template, request
+from flask import Blueprint, Response, current_app, g, render_template, request
 from flask.typing import ResponseReturnValue
+from werkzeug.wsgi import get_current_url
 
 from api import ratelimit
 from api.auth import bearer_token, require_api_token
@@ -104,7 +105,12 @@ def require_embed_token() -> None:
     """Refuse the request unless it carries a valid embed token (preflights carry none)."""
     if request.method == "OPTIONS":
         return
-    token = bearer_token()
+    g.tenant_id = embed_tenant(request.environ)
+
+
+def embed_tenant(environ: dict) -> str:
+    """The tenant of the request ``environ`` describes, whose embed token must be valid."""
+    token = bearer_token(environ)
     if not token:
         raise AuthError(
             "missing embed token: send 'Authorization: Bearer <embed token>' "
@@ -116,23 +122,31 @@ def require_embed_token() -> None:
             "the embed token is not valid (revoked, mistyped, or an API token: "
             "the embed routes take embed tokens only)"
         )
-    g.tenant_id = tenant
+    return tenant
 
 
 @bot_bp.after_request
 def allow_listed_origins(response: Response) -> Response:
     """CORS for the agent's allowed parent origins, and for nobody else."""
+    return with_listed_origins(response, request.environ, (request.view_args or {}).get("agent_id"))
+
+
+def with_listed_origins(response: Response, environ: dict, agent_id: str | None) -> Response:
+    """``response`` to the request ``environ`` describes, on agent ``agent_id``'s route,
+    with CORS for the agent's allowed parent origins (:func:`allow_listed_origins`)."""
     response.vary.add("Origin")
-    origin = request.headers.get("Origin")
-    agent_id = (request.view_args or {}).get("agent_id")
-    if not origin or not agent_id or origin == request.host_url.rstrip("/"):
+    origin = environ.get("HTTP_ORIGIN")
+    if not origin or not agent_id:
+        return response
+    trusted = current_app._get_current_object().config.get("TRUSTED_HOSTS")  # type: ignore[attr-defined]
+    if origin == get_current_url(environ, host_only=True, trusted_hosts=trusted).rstrip("/"):
         return response
     allowed = embed.cors_origin(agent_id, origin)
     if allowed is None:
         return response
     response.headers["Access-Control-Allow-Origin"] = allowed
     response.headers["Access-Control-Expose-Headers"] = f"{SESSION_HEADER}, {TASK_HEADER}"
-    if request.method == "OPTIONS":
+    if environ.get("REQUEST_METHOD") == "OPTIONS":
         response.headers["Access-Control-Allow-Methods"] = "GET, POST"
         response.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type"
         response.headers["Access-Control-Max-Age"] = "600"
@@ -180,9 +194,14 @@ class EmbedOrigins(Body):
 @bot_bp.post("/agentbots/<agent_id>/completions")
 @spec.validate(json=BotCompletionBody, tags=["embed"])
 def bot_completions(agent_id: str) -> ResponseReturnValue:
-    body = json_body()
+    return bot_complete(agent_id, json_body(), bearer_token())
+
+
+def bot_complete(agent_id: str, body: dict, token: str | None) -> ResponseReturnValue:
+    """A visitor's turn (``body`` of ``POST /agentbots/<agent_id>/completions``), the
+    tenant's embed token ``token`` checked (``flask.g.tenant_id``, its tenant)."""
     end_user = embed.check_end_user(body.get("user_id"))
-    _count_visitor(agent_id, end_user)
+    _count_visitor(agent_id, end_user, token)
     req = turn_request(agent_id, body, invoke_from="embed")
     req.end_user = end_user
     req.release = None  # the page runs the latest release when there is one, else the draft
@@ -205,7 +224,7 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     """The page's "Regenerate": the end user's last answer asked for again."""
     body = json_body()
     end_user = embed.check_end_user(body.get("user_id"))
-    _count_visitor(agent_id, end_user)
+    _count_visitor(agent_id, end_user, bearer_token())
     req = TurnRequest(
         tenant_id=tenant_id(),
         agent_id=agent_id,
@@ -218,12 +237,12 @@ def bot_regenerate(agent_id: str, session_id: str) -> ResponseReturnValue:
     return _bot_reply(embed.EndUserTurn(turn_service().regenerate(req, inline=not stream)), stream)
 
 
-def _count_visitor(agent_id: str, end_user: str) -> None:
-    """One request of this embed token's visitor against the embed rate limit (429 when over);
-    :class:`NotFound` when the token's tenant has no such agent, limit or not."""
+def _count_visitor(agent_id: str, end_user: str, token: str | None) -> None:
+    """One request of embed token ``token``'s visitor against the embed rate limit (429 when
+    over); :class:`NotFound` when the token's tenant has no such agent, limit or not."""
     agent = agent_limits_of(tenant_id(), agent_id)
     if ratelimit.limited("embed", agent):  # else the key need not be made (a sha256)
-        ratelimit.hit("embed", f"{hash_token(bearer_token() or '')[:16]}:{end_user}", agent)
+        ratelimit.hit("embed", f"{hash_token(token or '')[:16]}:{end_user}", agent)
 
 
 def _bot_reply(turn: embed.EndUserTurn, stream: bool) -> ResponseReturnValue:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 
 import pytest
 from werkzeug.test import Client
@@ -30,7 +31,14 @@ _VARYING = {
     "created",
 }
 _ANSWERS = {"name": "Ann", "age": 41, "plan": "pro", "notes": "n"}  # the intake form's
-_HEADERS = ("Content-Type", "Retry-After", "Cache-Control")
+_HEADERS = (
+    "Content-Type",
+    "Retry-After",
+    "Cache-Control",
+    "Vary",
+    "Access-Control-Allow-Origin",
+    "Access-Control-Expose-Headers",
+)
 _ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -60,7 +68,9 @@ def _reply(resp) -> tuple:
         body = _steady(parse_sse(text.replace("data: ", "data:")))
     else:
         body = _steady(json.loads(text))
-    return resp.status_code, {h: resp.headers.get(h) for h in _HEADERS}, body
+    headers = {h: resp.headers.get(h) for h in _HEADERS}
+    headers["has X-Session-Id"] = "X-Session-Id" in resp.headers  # the embed page's (an id)
+    return resp.status_code, headers, body
 
 
 def _counting_view(app, endpoint: str = "completions.agent_completions") -> list:
@@ -380,3 +390,101 @@ def test_a_chat_body_the_lane_does_not_take_reaches_flask(app, body):
     (reply,) = _both(app, token, lambda api: [_chat(api, agent_id, **body)])
     assert reply[0] in (400, 422)
     assert len(calls) == 2  # Flask's view answered both: the lane stood aside
+
+
+# ------------------------------------------------------------------ the embed page's route
+_BOT_VIEW = "embed.bot.bot_completions"
+_SITE = "https://shop.example"  # the agents' allowed parent origin
+
+
+def _bot(api: Api, agent_id: str, user_id: str, origin: str | None = _SITE, **body):
+    """The embed page's completion, ``api`` speaking with an embed token."""
+    headers = {"Origin": origin} if origin else {}
+    return api.client.post(
+        f"/api/v1/agentbots/{agent_id}/completions",
+        json={"user_id": user_id, **body},
+        headers=api.headers(headers),
+    )
+
+
+def _embeddable(app, dsl: dict) -> tuple[str, str]:
+    """An agent of tenant-a that ``_SITE`` may embed, and an embed token of tenant-a."""
+    api = Api(app, make_token(app))
+    agent_id = api.create_agent(dsl)
+    assert api.put(f"/agents/{agent_id}/embed", json={"allowed_origins": [_SITE]}).status_code == 200
+    return agent_id, make_token(app, kind="embed")
+
+
+def test_an_embed_form_turn_through_the_lane_is_answered_as_by_flask(app):
+    calls = _counting_view(app, _BOT_VIEW)
+    agent_id, token = _embeddable(app, sample("intake_form"))
+
+    def form_turns(api: Api):
+        visitor = secrets.token_hex(16)
+        paused = _bot(api, agent_id, visitor, question="sign me up", stream=False)
+        session_id = paused.headers["X-Session-Id"]
+        return [
+            paused,
+            _bot(api, agent_id, visitor, session_id=session_id, inputs=_ANSWERS, stream=False),
+            _bot(api, agent_id, visitor, origin=None, session_id=session_id, question="again"),  # streamed
+            _bot(api, agent_id, visitor, origin="https://evil.example", question="hi", stream=False),
+        ]
+
+    paused, finished, streamed, elsewhere = _both(app, token, form_turns)
+    assert paused[0] == 200 and paused[2]["data"]["event"] == "user_inputs"
+    assert paused[1]["Access-Control-Allow-Origin"] == _SITE and paused[1]["has X-Session-Id"]
+    assert "X-Session-Id" in paused[1]["Access-Control-Expose-Headers"] and "Origin" in paused[1]["Vary"]
+    assert finished[2]["data"]["data"]["content"].startswith("Thanks Ann!")
+    assert streamed[1]["Content-Type"].startswith("text/event-stream")
+    assert streamed[1]["Access-Control-Allow-Origin"] is None  # no Origin sent
+    assert elsewhere[0] == 200 and elsewhere[1]["Access-Control-Allow-Origin"] is None
+    assert len(calls) == 4  # Flask's view answered FlaskOnly's four; the lane, the app's
+
+
+def test_embed_errors_the_lane_meets_are_answered_as_by_flask(app):
+    calls = _counting_view(app, _BOT_VIEW)
+    agent_id, token = _embeddable(app, echo_dsl())
+    api_token = make_token(app)
+
+    def errors(api: Api):
+        visitor = secrets.token_hex(16)
+        session_id = _bot(api, agent_id, visitor, question="hi", stream=False).headers["X-Session-Id"]
+        return [
+            _bot(api, agent_id, "short", question="hi", stream=False),  # not an end-user id
+            _bot(api, "no-such-agent", visitor, question="hi", stream=False),
+            _bot(api, agent_id, secrets.token_hex(16), session_id=session_id, question="hi", stream=False),
+            _bot(api, agent_id, visitor, question="x" * 70000, stream=False),  # over max_value_bytes
+            _bot(api, agent_id, visitor, session_id=session_id, question="hi", stream=False),
+            *(
+                api.client.post(
+                    f"/api/v1/agentbots/{agent_id}/completions",
+                    json={"user_id": visitor, "question": "hi"},
+                    headers={"Origin": _SITE, **({"Authorization": value} if value else {})},
+                )
+                for value in ("Bearer wrong", f"Bearer {api_token}", "")
+            ),
+        ]
+
+    replies = _both(app, token, errors)
+    assert [r[0] for r in replies] == [400, 404, 404, 413, 200, 401, 401, 401]
+    assert replies[4][2]["data"]["data"]["content"] == "echo: hi"
+    assert "embed tokens only" in replies[6][2]["message"]  # an API token is refused here
+    for i, (status, headers, _) in enumerate(replies):  # CORS on errors too: the page can read them
+        assert headers["Access-Control-Allow-Origin"] == (None if i == 1 else _SITE), (
+            status
+        )  # 1: no such agent
+    # Flask's view ran for FlaskOnly's six (the session's first question, five errors), not
+    # for the three its token check refused; the lane answered all of the app's.
+    assert len(calls) == 6
+
+
+def test_the_embed_rate_limit_counts_a_lane_request_once(app_factory):
+    app = app_factory(SETTINGS={"rate": {"limit_embed": "2/minute"}})
+    agent_id, token = _embeddable(app, echo_dsl())
+    api, visitor = Api(app, token), secrets.token_hex(16)
+    assert _bot(api, agent_id, visitor, question="hi", stream=False).status_code == 200  # through the lane
+    assert _bot(api, agent_id, visitor, question="hi", stream=False).status_code == 200
+    refused = _bot(api, agent_id, visitor, question="hi", stream=False)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.headers["Access-Control-Allow-Origin"] == _SITE
+    assert _bot(api, agent_id, secrets.token_hex(16), question="hi", stream=False).status_code == 200
