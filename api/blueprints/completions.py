@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from flask import Blueprint, Flask, Response, g
 from flask.typing import ResponseReturnValue
 from pydantic import Field
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, InternalServerError
 
 from api.auth import authenticate, bearer_token, require_api_token
 from api.blueprints.openai_compat import OpenAIChatBody, openai_error_shape, openai_reply
@@ -363,8 +363,25 @@ class CompletionLane:
             except Exception as exc:  # noqa: BLE001 - answered as the app's error handler does
                 reply = error_reply(exc)
             if route.finish is not None:
-                reply = route.finish(reply, environ, agent_id)
+                reply = self._finish(route, reply, environ, agent_id)
             return reply(environ, start_response)
+
+    @staticmethod
+    def _finish(route: _LaneRoute, reply: Response, environ: dict, agent_id: str | None) -> Response:
+        """``reply`` as the route's ``after_request`` hooks leave it. As Flask does: a hook
+        that fails (the embed page's CORS reads the agent's origins from the database) is
+        logged and answered as an internal error (500), on which the hooks run once more
+        (a failure then is logged, and that reply sent as it is)."""
+        try:
+            return route.finish(reply, environ, agent_id)
+        except Exception as exc:  # noqa: BLE001 - answered as Flask's handle_exception does
+            log.exception("the after_request step of %s failed", route.endpoint)
+            reply = error_reply(InternalServerError(original_exception=exc))
+        try:
+            return route.finish(reply, environ, agent_id)
+        except Exception:  # noqa: BLE001 - Flask logs it and sends the error's reply
+            log.exception("the after_request step of %s failed on an error reply", route.endpoint)
+            return reply
 
     def _flask_adds_nothing(self, route: _LaneRoute) -> bool:
         """Whether Flask would run, for ``route``, only what :meth:`__call__` runs too; logs

@@ -488,3 +488,34 @@ def test_the_embed_rate_limit_counts_a_lane_request_once(app_factory):
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert refused.headers["Access-Control-Allow-Origin"] == _SITE
     assert _bot(api, agent_id, secrets.token_hex(16), question="hi", stream=False).status_code == 200
+
+
+def test_a_failing_cors_step_is_answered_as_by_flask(app, monkeypatch):
+    """Flask answers an after_request hook that raises as an internal error, through the
+    app's error handler (and runs the hooks on that reply once more); so does the lane."""
+    from api.services import embed as embed_service
+
+    calls = _counting_view(app, _BOT_VIEW)
+    agent_id, token = _embeddable(app, echo_dsl())
+    failing = {"on": False}
+    looked_up = embed_service.cors_origin
+
+    def cors_origin(agent, origin):
+        if failing["on"]:
+            raise RuntimeError("the origins could not be read")
+        return looked_up(agent, origin)
+
+    monkeypatch.setattr(embed_service, "cors_origin", cors_origin)
+
+    def turns(api: Api):
+        visitor = secrets.token_hex(16)
+        failing["on"] = True
+        try:
+            return [_bot(api, agent_id, visitor, question="hi", stream=False)]
+        finally:
+            failing["on"] = False
+
+    ((status, headers, body),) = _both(app, token, turns)
+    assert status == 500 and body["code"] == 100 and "internal error" in body["message"]
+    assert headers["Access-Control-Allow-Origin"] is None and "Origin" in headers["Vary"]
+    assert len(calls) == 1  # Flask's view answered FlaskOnly's; the lane, the app's
