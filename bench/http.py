@@ -170,20 +170,26 @@ class Subject:
                 self.proc.kill()
 
 
+def create_token(env: dict, tenant: str, *extra: str) -> str:
+    """A new token of ``tenant`` (``agentcanvas token create``; ``--embed`` in ``extra``
+    for an embed token) in the database ``env`` names."""
+    out = subprocess.run(
+        [os.path.join(BIN, "agentcanvas"), "token", "create", "--tenant", tenant, *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().splitlines()[-1].split()[-1]
+
+
 def start_ours(
     url: str, workers: int, threads: int, sessions: int, name: str = "ours", **settings: str
 ) -> Subject:
     env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url, **settings}
     env.pop("AGENTCANVAS_ACCESS_LOG", None)
     cli = os.path.join(BIN, "agentcanvas")
-    out = subprocess.run(
-        [cli, "token", "create", "--tenant", f"bench-{uuid.uuid4().hex[:6]}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    token = out.strip().splitlines()[-1].split()[-1]
+    token = create_token(env, f"bench-{uuid.uuid4().hex[:6]}")
     subject = Subject(name, free_port())
     subject.proc = subprocess.Popen(
         [cli, "serve", "--port", str(subject.port), "--workers", str(workers), "--threads", str(threads)],

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import importlib.util
 import os
 import shutil
 import signal
@@ -40,13 +39,9 @@ import sys
 import tempfile
 import time
 
-from _path import BENCH
+from _path import load_bench_http
 
-# bench/http.py's subjects and client (not by putting this folder on the path: see _path).
-_spec = importlib.util.spec_from_file_location("bench_http", os.path.join(BENCH, "http.py"))
-bench_http = importlib.util.module_from_spec(_spec)
-sys.modules["bench_http"] = bench_http  # its dataclasses look their module up
-_spec.loader.exec_module(bench_http)
+bench_http = load_bench_http()
 
 TICKS = os.sysconf("SC_CLK_TCK")
 #: System calls that wait for something: listed, but left out of the kernel time's total.

@@ -25,7 +25,6 @@ round; the figures are medians over the rounds, with their spread (min–max).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import secrets
 import shutil
@@ -34,27 +33,13 @@ import sys
 import tempfile
 import uuid
 
-from _path import BENCH
+from _path import load_bench_http
 
-_spec = importlib.util.spec_from_file_location("bench_http", os.path.join(BENCH, "http.py"))
-bench_http = importlib.util.module_from_spec(_spec)
-sys.modules["bench_http"] = bench_http  # for its dataclasses
-_spec.loader.exec_module(bench_http)
+bench_http = load_bench_http()
 
 ANSWERS = bench_http.ANSWERS
 Client, Subject = bench_http.Client, bench_http.Subject
 call, http_request = bench_http.call, bench_http.http_request
-
-
-def _token(cli: str, env: dict, tenant: str, *extra: str) -> str:
-    out = subprocess.run(
-        [cli, "token", "create", "--tenant", tenant, *extra],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[-1].split()[-1]
 
 
 def start(tmp: str, workers: int, threads: int) -> tuple[subprocess.Popen, list[Subject]]:
@@ -63,8 +48,8 @@ def start(tmp: str, workers: int, threads: int) -> tuple[subprocess.Popen, list[
     env.pop("AGENTCANVAS_ACCESS_LOG", None)
     cli = os.path.join(bench_http.BIN, "agentcanvas")
     tenant = f"bench-{uuid.uuid4().hex[:6]}"
-    api = {"Authorization": f"Bearer {_token(cli, env, tenant)}"}
-    embed = {"Authorization": f"Bearer {_token(cli, env, tenant, '--embed')}"}
+    api = {"Authorization": f"Bearer {bench_http.create_token(env, tenant)}"}
+    embed = {"Authorization": f"Bearer {bench_http.create_token(env, tenant, '--embed')}"}
     port = bench_http.free_port()
     proc = subprocess.Popen(
         [cli, "serve", "--port", str(port), "--workers", str(workers), "--threads", str(threads)],
