@@ -151,6 +151,106 @@ def test_a_turn_without_effects_takes_no_lease_and_commits_once(api: Api):
     }
 
 
+def _count_writes(monkeypatch) -> list[str]:
+    """The turn service's writes as they start: ``"transaction"`` (write_transaction) or
+    ``"single"`` (one statement under writer_in_line)."""
+    started: list[str] = []
+
+    def counting(kind: str, real):
+        def spy():
+            started.append(kind)
+            return real()
+
+        return spy
+
+    monkeypatch.setattr(turns, "write_transaction", counting("transaction", turns.write_transaction))
+    monkeypatch.setattr(turns, "writer_in_line", counting("single", turns.writer_in_line))
+    return started
+
+
+def test_a_first_message_makes_its_session_in_the_turns_first_transaction(api: Api, monkeypatch):
+    """A completion without a session id writes the new session (row, first state,
+    prologue) in the turn's first transaction, not one of its own before it: with the
+    claim of a turn that takes the lease (the session is there, running, while the turn
+    runs), with the commit of one that needs none (it writes once)."""
+    gate = api.app.config["SERVICES"]["gate"]
+    leased, pure = _gate_agent(api), _pure_gate_agent(api)
+    started = _count_writes(monkeypatch)
+    resp = api.post(f"/agents/{leased}/completions", json={"question": "go", "stream": True}, buffered=False)
+    chunks = iter(resp.response)
+    session_id = json.loads(next(chunks).decode()[len("data:") :])["session_id"]
+    assert started == ["transaction"]  # the session and the lease, together
+    assert api.session(leased, session_id)["status"] == "running"
+    gate.set()
+    frames = _rest(chunks)
+    assert frames[-2]["event"] == "message_end" and frames[-2]["data"]["content"] == "started released"
+    assert started == ["transaction", "transaction"]  # then the commit
+    session = api.session(leased, session_id)
+    assert session["round"] == 1 and [m["role"] for m in session["message"]] == [
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+    started.clear()
+    reply = api.ask(pure, None, "first")
+    assert reply.status_code == 200 and reply.json["data"]["data"]["content"] == "first with count 1"
+    assert started == ["transaction"]
+    session = api.session(pure, reply.json["data"]["session_id"])
+    assert session["round"] == 1 and session["status"] == "idle"
+    assert [m["content"] for m in session["message"] if m["role"] == "user"] == ["first"]
+    assert api.ask(pure, session["id"], "second").json["data"]["data"]["content"] == "second with count 1"
+
+
+#: A trigger by which the database itself refuses a message log row saying "poison".
+_REFUSE_POISON = {
+    "sqlite": (
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON message_log WHEN NEW.content = 'poison' "
+        "BEGIN SELECT RAISE(ABORT, 'poison refused'); END",
+    ),
+    "mysql": (
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON message_log FOR EACH ROW "
+        "IF NEW.content = 'poison' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison refused'; END IF",
+    ),
+    "postgres": (
+        "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.content = 'poison' THEN RAISE EXCEPTION 'poison refused'; END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON message_log FOR EACH ROW EXECUTE FUNCTION refuse_poison()",
+    ),
+}
+_ALLOW_POISON = {
+    "sqlite": ("DROP TRIGGER refuse_poison",),
+    "mysql": ("DROP TRIGGER refuse_poison",),
+    "postgres": ("DROP TRIGGER refuse_poison ON message_log", "DROP FUNCTION refuse_poison()"),
+}
+
+
+def test_a_first_message_whose_turn_is_not_saved_leaves_the_session_its_reply_names(api: Api, backend):
+    """The database refuses to store the turn (a trigger here): nothing of the turn is
+    saved, but the session the reply names is there, as it was made (its prologue), and
+    takes the next turn, as when the session was made before the turn."""
+
+    def run(statements) -> None:
+        with api.app.app_context():
+            for sql in statements:
+                db.execute_sql(sql)
+
+    agent_id = api.create_agent(echo_dsl())
+    run(_REFUSE_POISON[backend])
+    try:
+        reply = api.ask(agent_id, None, "poison")
+        assert reply.status_code in (500, 503), reply.json
+        data = reply.json["data"]
+        assert data["data"]["error_type"] in ("TurnNotStorable", "TurnNotSaved"), data
+        session = api.session(agent_id, data["session_id"])
+        assert session["round"] == 0 and [m["role"] for m in session["message"]] == ["assistant"]
+        again = api.ask(agent_id, data["session_id"], "fine")
+        assert again.status_code == 200 and again.json["data"]["data"]["content"] == "echo: fine"
+        assert api.session(agent_id, data["session_id"])["round"] == 1
+    finally:
+        run(_ALLOW_POISON[backend])
+
+
 def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_factory, database_url, caplog):
     """Migration 19 drops the index on session.task_id: a task id begins with its
     session's id, which finds it, and one made before (a form paused then, resumed
