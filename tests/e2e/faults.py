@@ -10,7 +10,9 @@ unique question each. Mid-run the database is SIGKILLed, left down a moment, and
 started again. A client acts as a careful one would: on "not saved" (or a 503 before
 the turn ran) it sends the same question again; on "outcome unknown" it does not.
 Then every session is read straight from the database and compared with what its
-client was told.
+client was told. A ninth client sends first messages only (no session id: each reply
+makes a new session, written in the turn's first transaction): every one acknowledged
+must be stored in the session its reply names, and none answered "not saved" may be.
 """
 
 from __future__ import annotations
@@ -239,6 +241,13 @@ class Figures:
     first_success_after_restart: float | None = None
     turns_sent: int = 0
     per_session: dict[str, dict] = field(default_factory=dict)
+    #: the first-message client: replies, acknowledged, acknowledged but not stored in the
+    #: session named, "not saved" but stored, sessions named still held by a lease at the end
+    first_sent: int = 0
+    first_acknowledged: int = 0
+    first_lost: int = 0
+    first_wrong_not_saved: int = 0
+    first_left_busy: int = 0
 
     def lines(self) -> list[str]:
         first = self.first_success_after_restart
@@ -256,6 +265,11 @@ class Figures:
             f"replies showing driver text     {len(self.driver_text)}",
             f"503 without Retry-After         {self.no_retry_after}",
             "first success after restart (s) " + ("never" if first is None else f"{first:.2f}"),
+            f"first messages sent (replies)   {self.first_sent}",
+            f"  acknowledged (200)            {self.first_acknowledged}",
+            f"  lost (acknowledged, not stored) {self.first_lost}",
+            f'  wrong "not saved"             {self.first_wrong_not_saved}',
+            f"  sessions left busy            {self.first_left_busy}",
         ]
 
 
@@ -279,6 +293,15 @@ def classify_reply(resp: requests.Response) -> tuple[str, str]:
     if resp.status_code == 503:
         return "unavailable", ""
     return "other", f"{resp.status_code} {body.get('message')}"
+
+
+def session_named(resp: requests.Response) -> str:
+    """The session id a completion's reply names (its ``data``, or the final event in it), if any."""
+    try:
+        data = resp.json().get("data")
+    except ValueError:
+        return ""
+    return str(data.get("session_id") or "") if isinstance(data, dict) else ""
 
 
 def _leaks_driver_text(text: str, port: int) -> bool:
@@ -328,7 +351,25 @@ def run_outage(
                     retry = question  # nothing was applied (as far as we were told): again
                     time.sleep(0.05)
 
+        first_replies: list[tuple[Reply, str]] = []  # each with the session its reply names
+
+        def run_first_messages() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    resp = client.ask(agent_id, None, f"first{n}", timeout=30)
+                    look_at(resp)
+                    (kind, message_id), named = classify_reply(resp), session_named(resp)
+                    status = resp.status_code
+                except requests.RequestException as exc:
+                    kind, message_id, status, named = "other", str(exc), 0, ""
+                first_replies.append((Reply(time.monotonic(), f"first{n}", status, kind, message_id), named))
+                if kind != "ok":
+                    time.sleep(0.05)
+
         threads = [threading.Thread(target=run_client, args=(s,), daemon=True) for s in sessions]
+        threads.append(threading.Thread(target=run_first_messages, daemon=True))
         for t in threads:
             t.start()
         time.sleep(before)
@@ -350,6 +391,7 @@ def run_outage(
         for t in threads:
             t.join(60)
         figures = _figures(database, replies, back)
+        _first_message_figures(figures, database, first_replies)
         figures.driver_text, figures.no_retry_after = checks.driver_text, checks.no_retry_after
         figures.embed_during_outage = embed_seen
         return figures
@@ -392,3 +434,28 @@ def _figures(database: PrivateMariaDB, replies: dict[str, list[Reply]], back: fl
         }
     figures.first_success_after_restart = first_ok
     return figures
+
+
+def _first_message_figures(figures: Figures, database: PrivateMariaDB, seen: list[tuple[Reply, str]]) -> None:
+    """What the first-message client was told, against what the database holds."""
+    figures.first_sent = len(seen)
+    for reply, session_id in seen:
+        stored = (
+            {
+                r[0]
+                for r in database.query(
+                    "SELECT message_id FROM message_log WHERE session_id = %s AND role = 'user'", session_id
+                )
+            }
+            if session_id
+            else set()
+        )
+        if reply.kind == "ok":
+            figures.first_acknowledged += 1
+            figures.first_lost += reply.message_id not in stored
+        elif reply.kind == "not_saved":
+            figures.first_wrong_not_saved += reply.message_id in stored
+        if session_id and database.query(
+            "SELECT 1 FROM session WHERE id = %s AND lease_owner IS NOT NULL", session_id
+        ):
+            figures.first_left_busy += 1

@@ -33,6 +33,10 @@ def test_a_database_restart_loses_no_turn_and_frees_every_session(tmp_path):
         )
     assert figures.lost == 0 and figures.double_applied == 0, report
     assert figures.wrong_not_saved == 0, report
+    # First messages: each acknowledged one is stored in the session its reply names.
+    assert figures.first_acknowledged > 0, report
+    assert figures.first_lost == 0 and figures.first_wrong_not_saved == 0, report
+    assert figures.first_left_busy == 0, report
     assert figures.busy_after_back <= 2.0, report
     # An outage is a 503 with Retry-After, in words that name no host, port or driver.
     assert figures.driver_text == [] and figures.no_retry_after == 0, (figures.driver_text, report)
