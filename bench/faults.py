@@ -7,7 +7,9 @@ sessions, the private mariadbd SIGKILLed mid-run and started again; the shared
 MariaDB is never touched) and prints, per round and summed: turns acknowledged,
 persisted, lost, double-applied, wrong "not saved" replies, "outcome unknown"
 replies, the longest a session answered "busy" after the database was back, and the
-seconds from the restart to the first successful turn.
+seconds from the restart to the first successful turn; and for a ninth client that
+sends first messages only (no session id): replies, acknowledged, lost (not stored
+in the session the reply names), wrong "not saved", sessions left busy.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def main() -> None:
     for n in range(1, args.rounds + 1):
         with tempfile.TemporaryDirectory(prefix="agentcanvas-faults-") as folder:
             figures = run_outage(Path(folder), down=args.down, after=args.after)
-        print(f"round {n} (8 clients, 2 workers, database down {args.down:g} s):")
+        print(f"round {n} (8 clients and a first-message one, 2 workers, database down {args.down:g} s):")
         for line in figures.lines():
             print("  " + line)
 
