@@ -28,10 +28,10 @@ A turn, in order:
 A first message (no session id) makes its session in the turn's first transaction:
 the claim writes the session's rows and takes the lease together, or, for a turn that
 needs no lease, the commit writes them before the turn's own. A first message is thus
-one transaction, as any other turn, not two: over HTTP it cost 1.27-1.34x a turn on an
-existing session (bench/routes.py). A turn refused before that leaves nothing behind;
-one whose commit fails writes the session alone, so that the session its reply names
-is there for the turn to be sent again.
+one transaction, as any other turn, not two: over HTTP it cost 1.25-1.34x a turn on
+an existing session, now 1.11-1.24x (bench/routes.py). A turn refused before that
+leaves nothing behind; one whose commit fails writes the session alone, so that the
+session its reply names is there for the turn to be sent again.
 
 A failed or cancelled turn leaves the snapshot as it was (the runtime restores it),
 records its error on the session and appends nothing to the message log or memory. A worker
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from flask import current_app
-from peewee import SQL, Case, PeeweeException
+from peewee import SQL, Case, IntegrityError, PeeweeException
 
 from agent import jsonio
 from agent.canvas import Canvas, KeptCanvas
@@ -859,7 +859,9 @@ class TurnService:
             with db.connection_context(), write_transaction():
                 _insert_session(new)
             new.written = True
-        except PeeweeException as exc:  # unreachable, or the commit was applied after all (the row is there)
+        except IntegrityError:  # the row is there: a commit whose outcome was unknown was applied
+            new.written = True
+        except PeeweeException as exc:  # the database is out of reach
             log.warning(
                 "could not write session %s, made by a turn that was not saved: %s", claim.session_id, exc
             )
@@ -894,6 +896,8 @@ class TurnService:
         message_id = result.final_event.get("message_id") or (canvas.turn or {}).get("message_id", "")
         saved = self._read_back(claim, message_id, result.status in ("succeeded", "paused"))
         if saved:
+            if claim.new is not None:  # written with the turn
+                claim.new.written, claim.new = True, None
             return result
         if saved is False:
             try:
