@@ -1,6 +1,7 @@
 """Every completion route over HTTP, against ``POST /api/v1/agents/<id>/completions``.
 
-One ``agentcanvas serve`` on SQLite (``--workers``/``--threads`` as in bench/http.py),
+One ``agentcanvas serve`` on SQLite, or with ``--backend mysql``/``postgres`` on a
+throwaway database of the local MariaDB or PostgreSQL (``--workers``/``--threads`` as in bench/http.py),
 one keep-alive client at a time, the intake sample's form turn (a question that pauses
 at the form, then the answers that resume it) played on each route:
 
@@ -19,7 +20,7 @@ is where to look next. Measurement is interleaved: each round runs every route f
 ``--seconds`` (after ``--warmup``), and a ratio is of two routes measured in the same
 round; the figures are medians over the rounds, with their spread (min–max).
 
-    .venv/bin/python bench/routes.py [--rounds 5] [--seconds 2]
+    .venv/bin/python bench/routes.py [--rounds 5] [--seconds 2] [--backend sqlite|mysql|postgres]
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ import sys
 import tempfile
 import uuid
 
-from _path import load_bench_http
+from _path import BENCH, load_bench_http
+
+sys.path.insert(0, os.path.join(BENCH, "support"))
+
+from throwaway import mysql_database, postgres_database  # noqa: E402
 
 bench_http = load_bench_http()
 
@@ -42,9 +47,9 @@ Client, Subject = bench_http.Client, bench_http.Subject
 call, http_request = bench_http.call, bench_http.http_request
 
 
-def start(tmp: str, workers: int, threads: int) -> tuple[subprocess.Popen, list[Subject]]:
-    """The server, and one subject per route (each with its own sessions)."""
-    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": f"sqlite:///{tmp}/routes.db"}
+def start(url: str, workers: int, threads: int) -> tuple[subprocess.Popen, list[Subject]]:
+    """The server on the database at ``url``, and one subject per route (each with its own sessions)."""
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url}
     env.pop("AGENTCANVAS_ACCESS_LOG", None)
     cli = os.path.join(bench_http.BIN, "agentcanvas")
     tenant = f"bench-{uuid.uuid4().hex[:6]}"
@@ -130,11 +135,17 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=0.3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--backend", choices=("sqlite", "mysql", "postgres"), default="sqlite")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="agentcanvas-bench-routes-")
+    url, drop = f"sqlite:///{tmp}/routes.db", None
+    if args.backend == "mysql":
+        url, drop = mysql_database()
+    elif args.backend == "postgres":
+        url, drop = postgres_database()
     proc = None
     try:
-        proc, subjects = start(tmp, args.workers, args.threads)
+        proc, subjects = start(url, args.workers, args.threads)
         results: dict[str, list] = {s.name: [] for s in subjects}
         for r in range(args.rounds):
             for subject in subjects:
@@ -148,11 +159,13 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+        if drop is not None:
+            drop()
 
     spread = bench_http.spread
     reference = results["agents"]
     print(
-        f"\ncompletion routes over HTTP, 1 client, SQLite, {args.workers} workers x {args.threads} threads, "
+        f"\ncompletion routes over HTTP, 1 client, {args.backend}, {args.workers} workers x {args.threads} threads, "
         f"{args.rounds} rounds of {args.seconds:g} s, interleaved; median [min–max] over rounds"
     )
     print(f"{'route':<24}{'requests/s':>20}{'p50 ms':>22}{'errors':>8}{'cost / agents':>24}")
