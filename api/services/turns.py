@@ -248,6 +248,12 @@ class _Claim:
     #: written it (in the same transaction).
     new: _NewSession | None = None
 
+    def session_written(self) -> None:
+        """The rows of :attr:`new` (if any) are committed: by the claim, by the commit, or
+        (a dropped connection) found there by the read-back."""
+        if self.new is not None:
+            self.new.written, self.new = True, None
+
 
 class _Run:
     """A turn's run: its events still to come, and what it produced so far."""
@@ -706,7 +712,7 @@ class TurnService:
                 with write_transaction():
                     _insert_session(claim.new)
                     claimed = _CLAIM.execute(values)
-                claim.new.written, claim.new = True, None
+                claim.session_written()
         except PeeweeException as exc:
             if write_conflict(exc):
                 raise _busy(claim.session_id) from None  # lost the race (rolled back): nothing to give back
@@ -896,8 +902,7 @@ class TurnService:
         message_id = result.final_event.get("message_id") or (canvas.turn or {}).get("message_id", "")
         saved = self._read_back(claim, message_id, result.status in ("succeeded", "paused"))
         if saved:
-            if claim.new is not None:  # written with the turn
-                claim.new.written, claim.new = True, None
+            claim.session_written()  # a new session was written with the turn
             return result
         if saved is False:
             try:
@@ -1053,8 +1058,7 @@ class TurnService:
                 saved = memories.save_exchange(
                     req.tenant_id, canvas.memory_saves, saved_exchange, strict=False
                 )
-        if claim.new is not None:
-            claim.new.written, claim.new = True, None
+        claim.session_written()
         if saved:
             # What the Memories' LLMs extract comes after, outside the turn's latency.
             self.extractor.submit(req.tenant_id, saved, saved_exchange)
