@@ -1597,6 +1597,8 @@ class WalSqliteDatabase(_LetGoOnCloseAll, PooledSqliteDatabase):
         #: the connections threads closed, the last closed last (put and taken by list
         #: operations, each atomic: two threads taking one never both get it)
         self._parked: list[Any] = []
+        #: the file's page size, read by the first connection (api.services.history.fill_pages)
+        self.file_page_size = 0
 
     def connect(self, reuse_if_open=False):  # noqa: ANN001, ANN201 - peewee's signature
         state = self._state
@@ -1658,6 +1660,8 @@ class WalSqliteDatabase(_LetGoOnCloseAll, PooledSqliteDatabase):
             key = id(conn)
             if key not in self._seen:
                 self._seen.add(key)
+                if not self.file_page_size:
+                    self.file_page_size = conn.execute("PRAGMA page_size").fetchone()[0]
                 if not self._file_writable():
                     self._opened_read_only.add(key)
             if key in self._opened_read_only and self._file_writable():

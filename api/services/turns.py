@@ -992,8 +992,11 @@ class TurnService:
         used_files: list[str] = []
         if snapshot is not None:
             pending = canvas.pending_form()
+            page_size = getattr(db.obj, "file_page_size", 0)  # SQLite's (history.fill_pages)
             values.update(
-                snapshot=snapshot,
+                snapshot=history.fill_pages(snapshot, page_size, self.limits.max_snapshot_bytes)
+                if page_size and isinstance(snapshot, bytes)
+                else snapshot,
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
             )
