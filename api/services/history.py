@@ -129,31 +129,39 @@ _RECORD_OVERHEAD = 52
 
 def fill_pages(snapshot: bytes, page_size: int, limit: int) -> bytes:
     """``snapshot`` followed by spaces (JSON's whitespace: it parses the same) up to the
-    most the SQLite pages it takes hold, when it takes more than one; else as it is.
+    most the SQLite pages it takes hold, where it takes more than one page and the
+    spaces add at most a quarter of its size; else as it is.
 
     A turn writes its state over the one its slot kept. SQLite writes a row over one of
     the same size in place: only those of its pages whose bytes changed. A row of
     another size is deleted and inserted again: its overflow pages go to the free list
-    and come back from it, which writes page 1 and a free-list page too. A state over a
-    page (~4 KB) has the same size as the one it replaces as long as both take the same
-    number of pages (each turn's state differs by a few bytes): 7.37 WAL pages a
-    request became 5.71 in ``bench/wal.py``, ~5% of a turn under ``synchronous=FULL``
-    (each page written is synced). The padding costs no page (those pages are written
-    whole anyway) and no disk (a row over a page fills its leaf page alone). A state
-    that fits in a leaf shares it with other rows: left as it is, as a state that the
-    spaces would take past ``limit`` (``max_snapshot_bytes``: it must load again).
+    and come back from it, which writes page 1 and a free-list page too. Filled, a state
+    has the size of the one it replaces as long as both take as many pages (each turn's
+    state differs by a few bytes): 7.37 WAL pages a request became 5.71 in
+    ``bench/wal.py``. Each page a commit writes is copied to the WAL and back, and under
+    ``synchronous=FULL`` synced (~12 us a page here, on a sync of ~140 us).
+
+    The spaces cost no page written: a row's overflow pages are written whole anyway,
+    and so is its leaf page. On disk they take the rest of that leaf page, which the
+    row would otherwise share with other rows: at most a quarter more than the state
+    (a state of 6.5 KB or more on 4 KB pages). A state that fits on its leaf page is
+    left as it is, as one the spaces would take past ``limit`` (``max_snapshot_bytes``:
+    it must load again).
 
     SQLite keeps up to ``page_size - 35`` bytes of a record on its table's leaf page and
     ``page_size - 4`` on each overflow page (with no bytes reserved per page, as SQLite
     makes a file unless an extension asks).
     """
-    size = len(snapshot) + _RECORD_OVERHEAD
+    length = len(snapshot)
+    size = length + _RECORD_OVERHEAD
     on_leaf, on_overflow = page_size - 35, page_size - 4
     if size <= on_leaf:
         return snapshot
     overflow_pages = -(-(size - on_leaf) // on_overflow)
-    filled = len(snapshot) + on_leaf + overflow_pages * on_overflow - size
-    return snapshot.ljust(filled) if filled <= limit else snapshot
+    filled = length + on_leaf + overflow_pages * on_overflow - size
+    if filled - length > length // 4 or filled > limit:
+        return snapshot
+    return snapshot.ljust(filled)
 
 
 def last_request(session_id: str, round_no: int) -> dict:
