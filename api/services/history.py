@@ -144,7 +144,8 @@ def fill_pages(snapshot: bytes, page_size: int, limit: int) -> bytes:
     The spaces cost no page written: a row's overflow pages are written whole anyway,
     and so is its leaf page. On disk they take the rest of that leaf page, which the
     row would otherwise share with other rows: at most a quarter more than the state
-    (a state of 6.5 KB or more on 4 KB pages). A state that fits on its leaf page is
+    (on 4 KB pages, a state from 6.5 to 8.1 KB, 9.8 to 12.2 KB, 13 to 16.3 KB, and any
+    state over 16.3 KB, is filled). A state that fits on its leaf page is
     left as it is, as one the spaces would take past ``limit`` (``max_snapshot_bytes``:
     it must load again).
 
