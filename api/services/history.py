@@ -122,8 +122,8 @@ def unpack(packed: str | bytes | memoryview) -> str | bytes:
     return zlib.decompress(packed)
 
 
-#: The most a kept state's SQLite record holds besides the snapshot: its header (7-8
-#: bytes), the session id (32), slot and round (0-6) and create time (6).
+#: The most a kept state's SQLite record holds besides the snapshot: its header (7-9
+#: bytes), the session id (32), slot and round (0-4) and create time (6).
 _RECORD_OVERHEAD = 52
 
 
@@ -137,8 +137,8 @@ def fill_pages(snapshot: bytes, page_size: int, limit: int) -> bytes:
     another size is deleted and inserted again: its overflow pages go to the free list
     and come back from it, which writes page 1 and a free-list page too. Filled, a state
     has the size of the one it replaces as long as both take as many pages (each turn's
-    state differs by a few bytes): 7.37 WAL pages a request became 5.71 in
-    ``bench/wal.py``. Each page a commit writes is copied to the WAL and back, and under
+    state differs by a few bytes): 7.45 WAL pages a request became 5.71 in
+    ``bench/wal.py --warmup 150``. Each page a commit writes is copied to the WAL and back, and under
     ``synchronous=FULL`` synced (~12 us a page here, on a sync of ~140 us).
 
     The spaces cost no page written: a row's overflow pages are written whole anyway,
