@@ -20,7 +20,12 @@ leaf and lands on another, where with one session both are the same page. Give a
 states full) to measure sessions that have been going a while; with fewer, each window
 also adds kept states.
 
+``--prompt-bytes N`` gives the intake agent's DSL N bytes more, as a long prompt text
+(RAGFlow's templates carry prompts of several KB): a state that takes several pages,
+most of them the DSL, the same from one turn to the next.
+
     .venv/bin/python bench/wal.py [--warmup 30] [--turns 100] [--keep 10] [--sessions 1] [--by-table]
+        [--prompt-bytes 0]
 """
 
 from __future__ import annotations
@@ -121,6 +126,22 @@ def measure(name: str, subject: object, path: str, warmup: int, turns: int, by_t
     return per_request
 
 
+def with_prompt_text(extra: int) -> None:
+    """The subjects' intake DSL (``turns.intake_dsl``) with ``extra`` bytes more in the text
+    of the Message that answers a minor (a component the conversation never reaches)."""
+    intake = turns.intake_dsl
+
+    def dsl() -> dict:
+        made = intake()
+        words = "policy text " * (extra // 12)
+        made["components"]["Message:Minor"]["obj"]["params"]["content"] = [
+            f"Sorry {{UserFillUp:Intake@name}}. {words}"
+        ]
+        return made
+
+    turns.intake_dsl = dsl
+
+
 class RoundRobin:
     """:class:`Ours` playing turn ``i`` in the ``i % count``-th of its ``count`` sessions."""
 
@@ -147,7 +168,10 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=None, help="session.keep_snapshots for ours")
     parser.add_argument("--sessions", type=int, default=1, help="ours' turns go round robin over this many")
     parser.add_argument("--by-table", action="store_true", help="pages per request by table and index")
+    parser.add_argument("--prompt-bytes", type=int, default=0, help="bytes of prompt text added to the DSL")
     args = parser.parse_args()
+    if args.prompt_bytes:
+        with_prompt_text(args.prompt_bytes)
     tmp = tempfile.mkdtemp(prefix="agentcanvas-wal-")
     ours_path = f"{tmp}/ours.db"
     ours = Ours(f"sqlite:///{ours_path}")
@@ -160,6 +184,8 @@ def main() -> int:
     floor = Floor(f"sqlite:///{floor_path}", False)
     floor.store.conn().execute("PRAGMA wal_autocheckpoint=0")
     name = "ours" if args.sessions == 1 else f"ours, {args.sessions} sessions"
+    if args.prompt_bytes:
+        name += f", DSL +{args.prompt_bytes} B"
     measure(name, ours, ours_path, args.warmup, args.turns, args.by_table)
     measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns, args.by_table)
     ours.close()
