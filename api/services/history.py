@@ -127,10 +127,11 @@ def unpack(packed: str | bytes | memoryview) -> str | bytes:
 _RECORD_OVERHEAD = 52
 
 
-def fill_pages(snapshot: bytes, page_size: int, limit: int) -> bytes:
+def fill_pages(snapshot: bytes | str, page_size: int, limit: int) -> bytes | str:
     """``snapshot`` followed by spaces (JSON's whitespace: it parses the same) up to the
     most the SQLite pages it takes hold, where it takes more than one page and the
-    spaces add at most a quarter of its size; else as it is.
+    spaces add at most a quarter of its size; else as it is, as a snapshot kept as text
+    (its size in bytes is not at hand) or on another database (``page_size`` 0).
 
     A turn writes its state over the one its slot kept. SQLite writes a row over one of
     the same size in place: only those of its pages whose bytes changed. A row of
@@ -155,6 +156,8 @@ def fill_pages(snapshot: bytes, page_size: int, limit: int) -> bytes:
     ``page_size - 4`` on each overflow page (with no bytes reserved per page, as SQLite
     makes a file unless an extension asks).
     """
+    if not page_size or not isinstance(snapshot, bytes):
+        return snapshot
     length = len(snapshot)
     size = length + _RECORD_OVERHEAD
     on_leaf, on_overflow = page_size - 35, page_size - 4

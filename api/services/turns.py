@@ -994,9 +994,7 @@ class TurnService:
             pending = canvas.pending_form()
             page_size = getattr(db.obj, "file_page_size", 0)  # SQLite's (history.fill_pages)
             values.update(
-                snapshot=history.fill_pages(snapshot, page_size, self.limits.max_snapshot_bytes)
-                if page_size and isinstance(snapshot, bytes)
-                else snapshot,
+                snapshot=history.fill_pages(snapshot, page_size, self.limits.max_snapshot_bytes),
                 status="paused" if pending is not None else "idle",
                 pending_form=pending.id if pending is not None else None,
             )

@@ -58,6 +58,11 @@ def test_a_state_is_never_filled_past_the_snapshot_limit():
     assert len(fill_pages(state(7000), PAGE, 8200)) == (PAGE - 35) + (PAGE - 4) - 52
 
 
+def test_a_state_kept_as_text_or_on_another_database_is_left_as_it_is():
+    assert fill_pages(state(7446).decode(), PAGE, ROOMY) == state(7446).decode()
+    assert fill_pages(state(7446), 0, ROOMY) == state(7446)  # MySQL, Postgres: no page size
+
+
 def test_other_page_sizes():
     filled = fill_pages(state(14000), 8192, ROOMY)
     assert len(filled) == (8192 - 35) + (8192 - 4) - 52
