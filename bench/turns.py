@@ -41,6 +41,12 @@ under steady writes relies on the checkpoint being finished under the write lock
   snapshot row, parse it, append the exchange, write it back with a version check,
   append two message rows, commit (:class:`support.floor_app.Store`);
 * **floor, 2 commits**: the same after a committed lease claim, as ours does;
+* **floor + canvas** (SQLite): the 1-commit floor's transaction with the intake agent's
+  real canvas run in it (``Canvas(text)``, the query or the form's answers, ``dump``)
+  in place of the history append, and nothing around it (no cache of loaded canvases,
+  no kept states, no telemetry). ``ours / floor + canvas`` is what ours' turn service
+  costs beyond running the canvas; ``LangGraph + SqliteSaver / floor + canvas``, the
+  most any service running this canvas could show;
 * **LangGraph + SqliteSaver**: the same greet → interrupt → reply graph
   (``bench/support/intake_graph.py``), ``pip install -e '.[bench]'``.
 
@@ -183,6 +189,38 @@ class Floor:
         self.store.conn().close()
 
 
+class FloorCanvas(Floor):
+    """The floor's transaction, one commit a request, with a real canvas run in it: the
+    snapshot loaded (``Canvas(text)``), the request's query or form answers run, the
+    canvas dumped and written back. No service around it (no cache of loaded canvases,
+    no kept states, no telemetry): the least a turn running this canvas can cost."""
+
+    def __init__(self, url: str, synchronous: str = "normal"):
+        super().__init__(url, False, synchronous)
+        from agent.canvas import Canvas
+
+        self.canvas = Canvas
+
+    def _run(self, body: dict):  # noqa: ANN202 - the store's run callback
+        def run(text: str) -> tuple[str, str]:
+            canvas = self.canvas(text)
+            answer = ""
+            for event in canvas.run(trace=False, **body):
+                if event["event"] == "message_end":
+                    answer = event["data"]["content"]
+            assert answer or canvas.pending_form() is not None, "the form neither paused nor answered"
+            return canvas.dump(), answer
+
+        return run
+
+    def turn(self, i: int, session_id: str = "s0") -> None:
+        for user, body in (
+            (f"sign me up {i}", {"query": f"sign me up {i}"}),
+            (json.dumps(ANSWERS), {"inputs": ANSWERS}),
+        ):
+            assert self.store.turn(session_id, user, "", run=self._run(body)) > 0
+
+
 # ---------------------------------------------------------------- LangGraph
 class LangGraphSqlite:
     def __init__(self, path: str, synchronous: str):
@@ -270,9 +308,14 @@ def report(group: str, times: dict[str, dict[int, list[float]]], points: list[in
     langgraph = next((n for n in times if n.startswith("LangGraph")), None)
     floor = next((n for n in times if n.startswith("floor") and n.endswith(", 1 commit")), None)
     rows = [(other, ours) if other == langgraph else (ours, other) for other in times if other != ours]
+    canvas_floor = next((n for n in times if n.startswith("floor") and n.endswith("+ canvas")), None)
     if langgraph and floor:
         # The ratio a turn as cheap as the floor's (one commit a request) would show.
         rows.append((langgraph, floor))
+    if langgraph and canvas_floor:
+        # ... and one as cheap as the canvas run in that transaction: the most any
+        # service running this canvas could show.
+        rows.append((langgraph, canvas_floor))
     labels = [" / ".join("ours" if n == ours else n for n in pair) for pair in rows]
     # One name column for both tables, so that every figure sits under its turn's heading.
     width = max(30, *map(len, times), *(2 + len(label) for label in labels))
@@ -351,6 +394,7 @@ def main() -> int:
             ),
             "floor sqlite, 1 commit": Floor(f"sqlite:///{tmp}/floor1-{tag}.db", False, sync),
             "floor sqlite, 2 commits": Floor(f"sqlite:///{tmp}/floor2-{tag}.db", True, sync),
+            "floor sqlite + canvas": FloorCanvas(f"sqlite:///{tmp}/floorc-{tag}.db", sync),
         }
         if langgraph:
             subjects["LangGraph + SqliteSaver"] = LangGraphSqlite(f"{tmp}/langgraph-{tag}.db", sync)

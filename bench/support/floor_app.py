@@ -23,6 +23,7 @@ import argparse  # noqa: E402
 import sqlite3  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from urllib.parse import urlparse  # noqa: E402
 
 import orjson  # noqa: E402
@@ -99,11 +100,21 @@ class Store:
         )
         conn.commit()
 
-    def turn(self, session_id: str, user: str, assistant: str, two_commits: bool = False) -> int:
+    def turn(
+        self,
+        session_id: str,
+        user: str,
+        assistant: str,
+        two_commits: bool = False,
+        run: Callable[[str], tuple[str, str]] | None = None,
+    ) -> int:
         """One request's transaction; returns the new version (0: busy or moved meanwhile).
 
         With ``two_commits`` it first commits a lease (a conditional UPDATE of the
-        session row, as our claim does), then reads, writes and releases it.
+        session row, as our claim does), then reads, writes and releases it. With
+        ``run``, the snapshot's text goes through ``run(text)`` instead of the history
+        append, inside the transaction: it returns the new text and the answer logged
+        (``bench/turns.py``'s floor + canvas runs a real canvas there).
         """
         conn = self.conn()
         m = self.mark
@@ -126,14 +137,19 @@ class Store:
             if row is None:
                 conn.rollback()
                 return -1
-            snapshot, version = orjson.loads(row[0]), row[1]
-            history = snapshot.setdefault("history", [])
-            history.extend([["user", user], ["assistant", assistant]])
-            del history[:-100]  # bounded, as our snapshot
+            version = row[1]
+            if run is None:
+                snapshot = orjson.loads(row[0])
+                history = snapshot.setdefault("history", [])
+                history.extend([["user", user], ["assistant", assistant]])
+                del history[:-100]  # bounded, as our snapshot
+                text = orjson.dumps(snapshot).decode()
+            else:
+                text, assistant = run(row[0])
             cur.execute(
                 f"UPDATE floor_session SET snapshot={m}, version=version+1, lease_owner=NULL, lease_expires=0 "
                 f"WHERE id={m} AND version={m}",
-                (orjson.dumps(snapshot).decode(), session_id, version),
+                (text, session_id, version),
             )
             if cur.rowcount != 1:
                 conn.rollback()
