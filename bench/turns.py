@@ -14,8 +14,15 @@ SQLite file's WAL grows with each commit until its first checkpoint, and under
 cost a database pays once in its life, which turn 10 on a new file showed (the
 floor's turn 10 took 1.74 ms, its turn 1,000 1.10). Then all the instances play
 their windows **interleaved turn by turn** (A@10's turn 12, B@10's turn 12...,
-A@100's turn 102, B@100's..., A@1000's turn 1002..., in a rotating order; or, with
-``--block N``, by blocks of N turns).
+A@100's turn 102, B@100's..., A@1000's turn 1002..., in an order drawn anew each round;
+or, with ``--block N``, by blocks of N turns). The order is random (``--seed``), but for
+one rule: no instance follows another of its own subject. So each subject follows each
+of the others as often, give or take chance. That matters: a turn's cost depends on the
+one before it. Right after LangGraph's, whose turn leaves the CPU's caches coldest, ours'
+FULL turn took 1.35 ms against 1.05 after the two-commit floor's, and the floor + canvas'
+1.11 against 0.85. The cyclic rotation used before kept every instance's predecessor
+the same from round to round: ours always came right after LangGraph, the floor + canvas
+after the two-commit floor.
 
 Figures are the median over the window with its spread (25th–75th percentile); a
 ratio is the median of the per-turn ratios of two same-numbered turns, which ran
@@ -71,8 +78,10 @@ short turn than on a long one. Gaps are listed like blocks (``--gap 0,5``: a run
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import random
 import sqlite3
 import statistics
 import sys
@@ -250,11 +259,29 @@ class LangGraphSqlite:
 
 
 # ---------------------------------------------------------------- running
+def _order(players: list[tuple[str, int]], rng: random.Random, last: tuple[str, int] | None) -> list:
+    """``players`` ((subject, point) pairs) in a random order in which none follows an
+    instance of its own subject, nor the first ``last`` (the previous round's last
+    player), as with one instance a subject a turn never follows its own. Drawn again
+    until it fits: about 10 draws for 3 subjects at 3 points, fewer with more subjects."""
+    if len({name for name, _ in players}) < 2:
+        return rng.sample(players, len(players))
+    while True:
+        order = rng.sample(players, len(players))
+        if all(a[0] != b[0] for a, b in itertools.pairwise([last or ("", 0), *order])):
+            return order
+
+
 CLOCKS = {"wall": time.perf_counter, "CPU": time.process_time}
 
 
 def play(
-    instances: dict[int, dict[str, object]], window: int, block: int = 1, gap: float = 0.0, warmup: int = 0
+    instances: dict[int, dict[str, object]],
+    window: int,
+    block: int = 1,
+    gap: float = 0.0,
+    warmup: int = 0,
+    rng: random.Random | None = None,
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
     """Every subject plays the conversation, interleaved; the timed windows.
 
@@ -263,8 +290,8 @@ def play(
     of the one measured, untimed, on its own (aging it to the point). Then every instance
     of every point plays its window of turns (p..p+window-1), interleaved by blocks of
     ``block`` turns: A@10 plays turns 10..10+block-1, then B@10..., A@100 its turns
-    100.., B@100..., then A@10 the next block, the order rotating from block to block
-    so that no instance always goes first. ``block=1`` is turn by turn. The k-th turn
+    100.., B@100..., in an order drawn anew for each block from ``rng`` (:func:`_order`:
+    none follows another instance of its own subject). ``block=1`` is turn by turn. The k-th turn
     of every window so runs moments apart from every other's: a machine that slows down
     during the run slows all points alike, and turn 1,000 against turn 10 compares like
     with like. With ``gap`` (seconds), each timed turn comes after a sleep that long,
@@ -281,12 +308,13 @@ def play(
                 subject.turn(i)
         print(f"  aged to turn {p}", file=sys.stderr)
     times = {clock: {n: {p: [] for p in points} for n in names} for clock in CLOCKS}
-    # Point by point (A@10, B@10..., A@100, B@100...): each turn follows another
-    # subject's, as with one instance a subject, never another instance of its own.
+    rng = rng or random.Random(1)
     players = [(n, p) for p in points for n in names]
+    last: tuple[str, int] | None = None
     for first in range(0, window, block):
-        shift = (first // block) % len(players)
-        for name, p in players[shift:] + players[:shift]:  # a rotating order: none always first
+        order = _order(players, rng, last)
+        last = order[-1]
+        for name, p in order:
             subject = instances[p][name]
             for i in range(p + first, p + min(first + block, window)):
                 if gap:
@@ -367,6 +395,9 @@ def main() -> int:
         help="ms of idle before each turn, untimed (comma-separated: one run each, by blocks of the first --block)",
     )
     parser.add_argument("--uncached", action="store_true", help="also run ours with the canvas cache off")
+    parser.add_argument(
+        "--seed", type=int, default=1, help="of the order the subjects play in, drawn each round"
+    )
     args = parser.parse_args()
     points = [int(p) for p in args.points.split(",")]
     tmp = tempfile.mkdtemp(prefix="agentcanvas-bench-")
@@ -453,7 +484,14 @@ def main() -> int:
         for block, gap in runs:
             for group, instances in make_groups(block, gap):
                 print(f"  playing {group}", file=sys.stderr)
-                results.append((group, play(instances, args.window, block, gap / 1000, args.warmup)))
+                results.append(
+                    (
+                        group,
+                        play(
+                            instances, args.window, block, gap / 1000, args.warmup, random.Random(args.seed)
+                        ),
+                    )
+                )
                 for subjects in instances.values():
                     for subject in subjects.values():
                         subject.close()
