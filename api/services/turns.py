@@ -3,7 +3,10 @@
 A turn, in order:
 
 1. **Authorise and read**: the session row of this tenant's agent (and, for an
-   embed caller, of that end user). A lease still held answers 409 at once.
+   embed caller, of that end user). A lease still held answers 409 at once. A blocking
+   turn on a session whose last turn committed in this process reads nothing: it runs
+   on the row and canvas that turn kept, and where its version-checked claim or commit
+   finds the session moved on, it runs again from a read (api/services/canvas_cache.py).
 2. **Load** the snapshot into a :class:`~agent.canvas.Canvas`.
 3. **Run without a lease** while the run only meets ``side_effect_free`` components
    (forms, Begin, Message, Switch, variable operations...), in the caller's thread.
@@ -60,7 +63,7 @@ from peewee import SQL, Case, IntegrityError, PeeweeException
 from agent import jsonio
 from agent.canvas import Canvas, KeptCanvas
 from agent.component import ComponentBase
-from agent.errors import SnapshotTooLarge
+from agent.errors import InputError, SnapshotTooLarge, UsageError
 from api import telemetry
 from api.config import canvas_limits
 from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, update_mark, write_transaction
@@ -247,6 +250,11 @@ class _Claim:
     #: A session made by the turn's first message, until the claim or the commit has
     #: written it (in the same transaction).
     new: _NewSession | None = None
+    #: The row the turn runs on, whose committed successor the canvas cache keeps with
+    #: the canvas (None: not kept, a regenerate's or an end user's new session's).
+    row: _SessionRow | None = None
+    #: Whether the turn runs on a kept row, not on one it read (:class:`_Stale`).
+    unread: bool = False
 
     def session_written(self) -> None:
         """The rows of :attr:`new` (if any) are committed: by the claim, by the commit, or
@@ -481,6 +489,28 @@ class TurnService:
                 if new.written:
                     _delete_session(row.id)
                 raise
+        if inline and self.canvases.enabled and isinstance(req.session_id, str):
+            committed = self.canvases.take_committed(
+                req.session_id, (req.tenant_id, req.agent_id, req.end_user)
+            )
+            if committed is not None:
+                row, kept = committed
+                try:
+                    turn = self._start(
+                        req,
+                        row._replace(snapshot=kept.text),
+                        created=False,
+                        inline=True,
+                        kept=kept,
+                        unread=True,
+                    )
+                except _Stale:
+                    self.canvases.stale()
+                except (InputError, UsageError, TranscriptFull):
+                    pass  # refused on the row as this process left it: asked again on the row as it is
+                else:
+                    telemetry.metrics().canvas_cache.adder("hit")(1)
+                    return turn
         row, kept = self._read_session_or_kept(req)
         return self._start(req, row, created=False, inline=inline, kept=kept)
 
@@ -540,6 +570,7 @@ class TurnService:
                 raise _busy(row.id)
             _move_update_mark(row.id, row.update_mark, now)
             history.take_back_after(row.id, base_round, slot)
+        self.canvases.drop(row.id)  # a canvas kept of the version before (none is kept of this one)
         event = _undo_event(row.id, task_id)
         turn = Turn(session_id=row.id, task_id=task_id)
         turn.result = TurnResult(status="succeeded", final_event=event, answer=event["data"]["content"])
@@ -555,11 +586,14 @@ class TurnService:
         base: str | bytes | None = None,
         kept: KeptCanvas | None = None,
         new: _NewSession | None = None,
+        unread: bool = False,
     ) -> Turn:
         """Run the turn on ``row`` (claimed when it needs the lease, see the module docstring);
         ``base`` (a regenerate) is the kept state it runs from; ``kept``, the canvas this
         process kept of the row's version (api/services/canvas_cache.py); ``new``, the
-        rows of a session not written yet, that the turn's first transaction writes."""
+        rows of a session not written yet, that the turn's first transaction writes;
+        ``unread``, ``row`` is the one this process committed last, not read (raises
+        :class:`_Stale` where the session moved on since)."""
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
@@ -611,6 +645,8 @@ class TurnService:
             row.update_mark,
             base is not None,
             new,
+            row if base is None and (not created or req.end_user is None) else None,
+            unread,
         )
         # session_id, task_id, created, result, keep_events
         turn = Turn(session_id, task_id, created, None, not inline)
@@ -722,7 +758,7 @@ class TurnService:
             self.keeper.release_later(owner, lambda: self._release(orphan))
             raise
         if claimed != 1:
-            raise _busy(claim.session_id)
+            raise _Stale(claim.session_id) if claim.unread else _busy(claim.session_id)
         claim.owner = owner
         watch.lease_taken()
         canvas.cancel_check = self.keeper.track(owner).is_set
@@ -1029,7 +1065,7 @@ class TurnService:
             matched = update.rowcount
             if matched != 1:
                 if not leased:  # another turn holds the session, or wrote it since it was read
-                    raise _busy(claim.session_id)
+                    raise _Stale(claim.session_id) if claim.unread else _busy(claim.session_id)
                 raise LeaseLost(
                     f"session {claim.session_id!r} was taken over or deleted while the turn ran "
                     f"(its lease of {self.lease_ms / 1000:g} s expired?)"
@@ -1069,7 +1105,12 @@ class TurnService:
             try:
                 kept_canvas = canvas.keep(snapshot)
                 if kept_canvas is not None:
-                    self.canvases.put(claim.session_id, claim.version + 1, kept_canvas)
+                    self.canvases.put(
+                        claim.session_id,
+                        claim.version + 1,
+                        kept_canvas,
+                        _committed_row(claim, req, values, now),
+                    )
             except Exception:  # noqa: BLE001 - the turn is saved; only its next one reads the row
                 log.exception("could not keep the canvas of session %s", claim.session_id)
         return result
@@ -1120,6 +1161,7 @@ class TurnService:
                     "now": now,
                 }
             )
+        self.canvases.drop(session_id)  # a canvas kept of the version before
         return {"name": name, "type": decl.get("type", ""), "value": value}
 
     def request_cancel(self, tenant_id: str, task_id: str) -> dict:
@@ -1254,6 +1296,35 @@ def _delete_session(session_id: str) -> None:
         MessageLog.delete().where(MessageLog.session_id == session_id).execute()
         SessionSnapshot.delete().where(SessionSnapshot.session_id == session_id).execute()
         Session.delete().where(Session.id == session_id).execute()
+
+
+class _Stale(Busy):
+    """A turn that ran on the row this process committed last, unread, found the session
+    moved on at its claim or commit (nothing was saved): :meth:`TurnService.start` runs it
+    again from a read. A Busy, so that one that got out would still be a 409."""
+
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} was written elsewhere since this process last did")
+
+
+def _committed_row(claim: _Claim, req: TurnRequest, values: dict[str, Any], now: int) -> tuple | None:
+    """``(reader, row)``: the session row as the turn's commit left it (a succeeded or
+    paused turn's) and who read it, for the next turn in this process to run on unread
+    (CanvasCache.take_committed); ``None`` where the turn's row is not to be kept."""
+    row = claim.row
+    if row is None:
+        return None
+    return (req.tenant_id, req.agent_id, req.end_user), row._replace(
+        snapshot=None,
+        version=claim.version + 1,
+        round=values["round"],
+        pending_form=values["pending_form"],
+        lease_owner=None,
+        lease_expires=0,
+        transcript_bytes=row.transcript_bytes + values["bytes"],
+        state_slot=claim.slot,
+        update_mark=update_mark(now),  # _move_update_mark's
+    )
 
 
 class LeaseLost(Exception):

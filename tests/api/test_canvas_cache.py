@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from agent.canvas import Canvas
-from api.db import Session
+from api.db import MessageLog, Session, SessionSnapshot, db
 from api.services import history
 from api.services.canvas_cache import CanvasCache
 from tests.agent.test_loop import loop_dsl
@@ -270,6 +270,18 @@ def test_a_refused_or_busy_turn_leaves_nothing_to_reuse(app_factory, llm):
     assert done.status_code == 200 and "Ann" in done.json["data"]["data"]["content"]
 
 
+def held_turn(api: Api, agent_id: str, session_id: str):  # noqa: ANN201 - the response's chunks
+    """A streamed turn "long" of a TestTicker agent, held at its app's gate (closed here)
+    once it has taken the lease; its response's chunks, unread."""
+    api.app.config["SERVICES"]["gate"].clear()
+    resp = api.post(
+        f"/agents/{agent_id}/completions",
+        json={"question": "long", "stream": True, "session_id": session_id},
+        buffered=False,
+    )
+    return iter(resp.response)
+
+
 def test_a_cancelled_turn_leaves_nothing_to_reuse(app_factory, llm):
     api = make_api(app_factory, llm)
     gate = api.app.config["SERVICES"]["gate"]
@@ -278,13 +290,7 @@ def test_a_cancelled_turn_leaves_nothing_to_reuse(app_factory, llm):
     gate.set()
     assert said(api.ask(agent_id, session_id, "x")) == "tick "
     assert cache_of(api).version_of(session_id) is not None
-    gate.clear()
-    resp = api.post(
-        f"/agents/{agent_id}/completions",
-        json={"question": "long", "stream": True, "session_id": session_id},
-        buffered=False,
-    )
-    chunks = iter(resp.response)
+    chunks = held_turn(api, agent_id, session_id)
     task_id = json.loads(next(chunks).decode()[len("data:") :])["task_id"]
     assert api.post(f"/tasks/{task_id}/cancel").json["data"]["cancelled"] is True
     frames = b"".join(chunks).decode()
@@ -396,3 +402,144 @@ def test_a_fault_in_the_cache_never_fails_a_turn(app_factory, llm, monkeypatch):
     assert said(api.ask(agent_id, session_id, "d")) == "4: d"
     assert said(api.ask(agent_id, session_id, "e")) == "5: e"
     assert stored(api, session_id)[1]["globals"]["env.n"] == 5
+
+
+# ---------------------------------------------------------------- turns that read nothing
+def session_reads(api: Api, monkeypatch) -> list[str]:
+    """The statements that read the ``session`` table from now on (appended as they run)."""
+    with api.app.app_context():
+        cls = type(db.obj)
+    run = cls.execute_sql
+    seen: list[str] = []
+
+    def counted(self, sql, params=None):  # noqa: ANN001, ANN202 - peewee's signature
+        if sql.startswith("SELECT") and ('FROM "session"' in sql or "FROM `session`" in sql):
+            seen.append(sql)
+        return run(self, sql, params)
+
+    monkeypatch.setattr(cls, "execute_sql", counted)
+    return seen
+
+
+def test_a_blocking_turn_after_one_committed_here_reads_no_session_row(app_factory, llm, monkeypatch):
+    api = make_api(app_factory, llm)
+    agent_id = api.create_agent(sample("intake_form"))
+    session_id = api.create_session(agent_id)
+    assert api.ask(agent_id, session_id, "hi").json["data"]["event"] == "user_inputs"
+    reads = session_reads(api, monkeypatch)
+
+    done = api.ask(agent_id, session_id, "", inputs=FORM)
+    assert "Thanks Ann!" in said(done)
+    assert reads == []  # the form's answers ran on the row the paused turn committed
+    assert api.ask(agent_id, session_id, "again").json["data"]["event"] == "user_inputs"
+    assert reads == []
+    # A streamed turn sends events as they come: it reads the row first (the snapshot left out).
+    frames = api.ask_stream(agent_id, session_id, "", inputs=FORM)
+    assert any("Thanks Ann!" in json.dumps(f) for f in frames)
+    assert len(reads) == 1 and "CASE WHEN" in reads[0]
+    assert cache_of(api).hits == 3 and cache_of(api).misses == 0
+    version, snapshot = stored(api, session_id)
+    assert [text for _, text in snapshot["history"]][-1].startswith("Thanks Ann!")
+    assert api.session(agent_id, session_id)["message"][-1]["content"].startswith("Thanks Ann!")
+
+
+def two_forms_dsl() -> dict:
+    def form(field: str) -> dict:
+        return {"inputs": {field: {"name": field, "type": "line", "optional": False}}}
+
+    return dsl_of(
+        {
+            "UserFillUp:A": ("UserFillUp", form("a"), ["UserFillUp:B"]),
+            "UserFillUp:B": ("UserFillUp", form("b"), ["Message:Done"]),
+            "Message:Done": ("Message", {"content": ["{UserFillUp:A@a} then {UserFillUp:B@b}"]}, []),
+        }
+    )
+
+
+def test_answers_refused_on_the_row_kept_here_are_asked_again_on_the_row_as_it_is(app_factory, llm):
+    one = make_api(app_factory, llm)
+    two = Api(make_api(app_factory, llm).app, one.token)  # another worker process, same database
+    agent_id = one.create_agent(two_forms_dsl())
+    session_id = one.create_session(agent_id)
+    assert one.ask(agent_id, session_id, "hi").json["data"]["event"] == "user_inputs"  # form A, kept by one
+    paused_at_b = two.ask(agent_id, session_id, "", inputs={"a": "x"}).json["data"]
+    assert paused_at_b["event"] == "user_inputs" and "b" in paused_at_b["data"]["inputs"]
+
+    # One's kept canvas still waits at form A, which refuses these answers; the row as it
+    # is waits at form B, which takes them.
+    done = one.ask(agent_id, session_id, "", inputs={"b": "y"})
+    assert said(done) == "x then y"
+    assert cache_of(one).version_of(session_id) == stored(one, session_id)[0]
+
+
+def test_a_session_deleted_elsewhere_is_not_found_by_a_turn_on_the_row_kept_here(app_factory, llm):
+    one = make_api(app_factory, llm)
+    two = Api(make_api(app_factory, llm).app, one.token)
+    agent_id, session_id = counter_agent(one)
+    assert said(one.ask(agent_id, session_id, "a")) == "1: a"
+    assert two.delete(f"/agents/{agent_id}/sessions", json={"ids": [session_id]}).json["code"] == 0
+
+    def left() -> tuple[int, int, int]:  # the session's rows (its states and messages go when it is swept)
+        with one.app.app_context():
+            return (
+                Session.select().where(Session.id == session_id).count(),
+                SessionSnapshot.select().where(SessionSnapshot.session_id == session_id).count(),
+                MessageLog.select().where(MessageLog.session_id == session_id).count(),
+            )
+
+    before = left()
+    gone = one.ask(agent_id, session_id, "b")
+    assert gone.status_code == 404, gone.json
+    assert before[0] == 0 and left() == before
+
+
+def test_a_turn_on_the_row_kept_here_is_busy_while_another_worker_holds_the_lease(app_factory, llm):
+    one = make_api(app_factory, llm)
+    two = Api(make_api(app_factory, llm).app, one.token)
+    agent_id = one.create_agent(dsl_of({"TestTicker:T": ("TestTicker", {}, [])}))
+    session_id = one.create_session(agent_id)
+    one.app.config["SERVICES"]["gate"].set()
+    assert said(one.ask(agent_id, session_id, "x")) == "tick "
+    before = stored(one, session_id)
+
+    chunks = held_turn(two, agent_id, session_id)
+    next(chunks)  # the turn has started: it holds the lease
+    try:
+        busy = one.ask(agent_id, session_id, "y")
+        assert busy.status_code == 409, busy.json
+        assert stored(one, session_id) == before
+    finally:
+        two.app.config["SERVICES"]["gate"].set()
+        b"".join(chunks)
+        two.app.extensions["agentcanvas.turns"].wait_idle(30)
+    assert said(one.ask(agent_id, session_id, "z")) == "tick "
+    texts = [text for _, text in stored(one, session_id)[1]["history"]]
+    # The other worker's turn ticked while it waited; the refused "y" is nowhere.
+    assert texts[:3] == ["x", "tick ", "long"] and texts[4:] == ["z", "tick "] and len(texts) == 6
+
+
+@pytest.mark.parametrize("name", ["intake_form", "counter", "planner", "keyed memory"])
+def test_the_row_kept_with_a_canvas_is_the_row_the_database_holds(app_factory, llm, name):
+    """What a turn runs on unread is exactly what it would have read: after every turn the
+    row kept with the session's canvas equals the session row (version, round, state
+    slot, pending form, transcript bytes, update mark...)."""
+    from api.services import turns
+
+    api = make_api(app_factory, llm)
+    dsl, script = SCRIPTS[name]()
+    agent_id = api.create_agent(dsl)
+    session_id = api.create_session(agent_id, user_id="u1")
+    compared = 0
+    for n, body in enumerate(script):
+        random.seed(n)
+        api.post(f"/agents/{agent_id}/completions", json={**body, "session_id": session_id})
+        entry = cache_of(api)._entries.get(session_id)  # looked at, not taken
+        if entry is None or entry[3] is None:
+            continue
+        (tenant, agent, end_user), kept_row = entry[3]
+        assert (agent, end_user) == (agent_id, None)
+        with api.app.app_context():
+            read = turns._READ_SESSION.row(id=session_id, agent=agent_id, tenant=tenant, user=None)
+        assert kept_row._replace(snapshot=None) == turns._SessionRow(*read)._replace(snapshot=None), body
+        compared += 1
+    assert compared >= len(script) // 2
