@@ -26,8 +26,10 @@ a read. The first run is not seen: a blocking turn sends only its ending event, 
 its commit, and what ran before was only side-effect-free components (the lease claim
 that comes before any other is a version-checked write too, and where it fails the turn
 runs again the same way). A streamed turn sends its events as they come, so it reads
-first. Without the read a pause+resume turn over HTTP cost 0.94x the floor's on
-MariaDB instead of 1.12x, 1.19x instead of 1.25x on SQLite (bench/http.py, 1 client).
+first. Without the read, a request of the intake form's pause+resume turns over HTTP
+cost 0.92x the floor's on MariaDB instead of 1.16x (one client; 0.94x instead of 1.09x
+with 16), a round trip less; on SQLite it was the same within the noise (1.26x against
+1.27x), the read being a small part of its request (bench/http.py, side by side).
 
 It helps only when a session's consecutive turns reach the same worker process: a
 keep-alive connection to one gunicorn worker, or a single worker. Otherwise each turn
