@@ -543,3 +543,21 @@ def test_the_row_kept_with_a_canvas_is_the_row_the_database_holds(app_factory, l
         assert kept_row._replace(snapshot=None) == turns._SessionRow(*read)._replace(snapshot=None), body
         compared += 1
     assert compared >= len(script) // 2
+
+
+def test_the_row_kept_by_a_first_message_is_the_row_it_made(app_factory, llm):
+    """A first message (no session id) makes its session in its commit: the next turn
+    runs on the row that commit wrote, unread, and it is the row the database holds."""
+    from api.services import turns
+
+    api = make_api(app_factory, llm)
+    agent_id = api.create_agent(sample("intake_form"))
+    first = api.ask(agent_id, None, "hi").json["data"]
+    session_id = first["session_id"]
+    assert first["event"] == "user_inputs"
+    (tenant, _, _), kept_row = cache_of(api)._entries[session_id][3]
+    with api.app.app_context():
+        read = turns._READ_SESSION.row(id=session_id, agent=agent_id, tenant=tenant, user=None)
+    assert kept_row._replace(snapshot=None) == turns._SessionRow(*read)._replace(snapshot=None)
+    assert "Thanks Ann!" in said(api.ask(agent_id, session_id, "", inputs=FORM))
+    assert cache_of(api).hits == 1
