@@ -378,7 +378,7 @@ def main() -> int:
         "--window",
         type=int,
         default=61,
-        # With the order drawn each round, a median over 21 turns moved by up to 15% from
+        # With the order drawn each round, a median over 21 turns moved by up to 25% from
         # one seed to the next (a turn's predecessor matters); over 61, by 2-4%.
         help="turns timed at each point (the median is over them)",
     )
