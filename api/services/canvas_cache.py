@@ -28,8 +28,9 @@ that comes before any other is a version-checked write too, and where it fails t
 runs again the same way). A streamed turn sends its events as they come, so it reads
 first. Without the read, a request of the intake form's pause+resume turns over HTTP
 cost 0.92x the floor's on MariaDB instead of 1.16x (one client; 0.94x instead of 1.09x
-with 16), a round trip less; on SQLite it was the same within the noise (1.26x against
-1.27x), the read being a small part of its request (bench/http.py, side by side).
+with 16) and 1.10x instead of 1.23x on Postgres (1.17x instead of 1.33x), a round trip
+less; on SQLite it was the same within the noise (1.26x against 1.27x), the read being
+a small part of its request (bench/http.py, each checkout's own, run one after the other).
 
 It helps only when a session's consecutive turns reach the same worker process: a
 keep-alive connection to one gunicorn worker, or a single worker. Otherwise each turn
