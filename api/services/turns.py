@@ -504,10 +504,9 @@ class TurnService:
                         kept=kept,
                         unread=True,
                     )
-                except _Stale:
-                    self.canvases.stale()
-                except (InputError, UsageError, TranscriptFull):
-                    pass  # refused on the row as this process left it: asked again on the row as it is
+                except _Stale as stale:
+                    if not stale.refused:  # another process wrote the session: a miss after all
+                        self.canvases.stale()
                 else:
                     telemetry.metrics().canvas_cache.adder("hit")(1)
                     return turn
@@ -597,7 +596,12 @@ class TurnService:
         session_id = row.id
         if lease_live(row):
             raise _busy(session_id)
-        self._check_transcript_room(row)
+        try:
+            self._check_transcript_room(row)
+        except TranscriptFull:
+            if unread:  # perhaps not on the row as it is: asked again on it
+                raise _Stale(session_id, refused=True) from None
+            raise
         # A regenerate reads keyed memory without what the turn it takes back wrote.
         services = self._turn_services(req, None if base is None else (row.id, row.round - 1))
         canvas = None
@@ -616,19 +620,24 @@ class TurnService:
         task_id = canvas.turn["task_id"] if pending is not None and canvas.turn else turn_hex
         # run() checks the inputs and files and only then returns the (lazy) run: bad
         # input is refused before the claim, so it leaves the row exactly as it was.
-        events = canvas.run(
-            query=req.query,
-            user_id=req.user_id or req.end_user or row.user_id,
-            inputs=req.inputs,
-            files=req.files,
-            conversation_id=session_id,
-            agent_id=req.agent_id,
-            invoke_from=req.invoke_from,
-            webhook=req.webhook,
-            task_id=task_id,
-            message_id=message_id,
-            trace=req.trace and not inline,  # a blocking reply is its ending event alone
-        )
+        try:
+            events = canvas.run(
+                query=req.query,
+                user_id=req.user_id or req.end_user or row.user_id,
+                inputs=req.inputs,
+                files=req.files,
+                conversation_id=session_id,
+                agent_id=req.agent_id,
+                invoke_from=req.invoke_from,
+                webhook=req.webhook,
+                task_id=task_id,
+                message_id=message_id,
+                trace=req.trace and not inline,  # a blocking reply is its ending event alone
+            )
+        except (InputError, UsageError):
+            if unread:  # refused by the form pending in the version this process kept
+                raise _Stale(session_id, refused=True) from None
+            raise
         # A resumed turn carries the usage of its paused part, already counted.
         usage = (canvas.turn.get("usage") or {}) if pending is not None and canvas.turn else {}
         # session_id, task_id, owner (none yet), version, round, prior_status, usage_before,
@@ -1300,11 +1309,14 @@ def _delete_session(session_id: str) -> None:
 
 class _Stale(Busy):
     """A turn that ran on the row this process committed last, unread, found the session
-    moved on at its claim or commit (nothing was saved): :meth:`TurnService.start` runs it
-    again from a read. A Busy, so that one that got out would still be a 409."""
+    moved on at its claim or commit (nothing was saved), or was refused before it ran
+    (``refused``: its answers, files or transcript, checked on that row, which may be
+    behind): :meth:`TurnService.start` runs it again from a read. A Busy, so that one
+    that got out would still be a 409."""
 
-    def __init__(self, session_id: str):
+    def __init__(self, session_id: str, refused: bool = False):
         super().__init__(f"session {session_id!r} was written elsewhere since this process last did")
+        self.refused = refused
 
 
 def _committed_row(claim: _Claim, req: TurnRequest, values: dict[str, Any], now: int) -> tuple | None:
