@@ -56,6 +56,15 @@ def test_concurrent_turns_on_two_servers_complete_once_or_get_409(deployment):
             assert _turn(client, agent_id, sid, query, stream=i % 2 == 0) == i + 1
             counted[sid][i + 1] = query
 
+    # Blocking turns, one after the other, alternating: each server last committed the
+    # session's turn before last and kept that row, so each of these first runs on a row
+    # the other server has moved past, finds it so at its commit, and runs again from a read.
+    for sid in session_ids:
+        for i, client in enumerate(clients + clients, start=4):
+            query = f"{sid[:8]} in turn {i}"
+            assert _turn(client, agent_id, sid, query, stream=False) == i + 1
+            counted[sid][i + 1] = query
+
     # At once: per session one thread per server, all released together.
     barrier = threading.Barrier(SESSIONS * 2)
 
@@ -80,7 +89,7 @@ def test_concurrent_turns_on_two_servers_complete_once_or_get_409(deployment):
                 continue
             assert number not in counted[sid], f"turn number {number} of {sid} was counted twice"
             counted[sid][number] = query
-    assert busy + sum(len(c) for c in counted.values()) == SESSIONS * (4 + TURNS)
+    assert busy + sum(len(c) for c in counted.values()) == SESSIONS * (8 + TURNS)
 
     for sid in session_ids:
         done = len(counted[sid])
