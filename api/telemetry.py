@@ -131,7 +131,9 @@ class Metrics:
         self.canvas_cache = _Labelled(
             Counter(
                 "agentcanvas_canvas_cache_total",
-                "Turns on an existing session by whether this worker had kept its canvas: hit, miss",
+                "Turns on an existing session by whether this worker had kept its canvas: hit, miss;"
+                " stale: a blocking turn ran on the row this worker kept, found the session written"
+                " elsewhere since, and ran again from a read (counted a miss too)",
                 ["outcome"],
             )
         )

@@ -507,6 +507,7 @@ class TurnService:
                 except _Stale as stale:
                     if not stale.refused:  # another process wrote the session: a miss after all
                         self.canvases.stale()
+                        telemetry.metrics().canvas_cache.adder("stale")(1)
                 else:
                     telemetry.metrics().canvas_cache.adder("hit")(1)
                     return turn

@@ -42,6 +42,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.conftest import ROOT, dsl_of, parse_sse, throwaway_database
 
@@ -273,6 +274,17 @@ def deployment(database_url, tmp_path) -> Iterator[Deployment]:
 
 
 # ---------------------------------------------------------------------- HTTP clients
+def metric(server_url: str, name: str, **labels: str) -> float:
+    """A sample's value as ``/metrics`` of the server at ``server_url`` gives it (every
+    worker's added up); 0 when absent."""
+    text = requests.get(f"{server_url}/metrics", timeout=30).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
 class Client:
     """Plain HTTP against one server, as one tenant (a token)."""
 

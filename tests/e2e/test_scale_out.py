@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.conftest import SAMPLES, Client, read_sse, streamed_answer
+from tests.e2e.conftest import SAMPLES, Client, metric, read_sse, streamed_answer
 
 pytestmark = pytest.mark.parametrize("database_url", ["mysql", "postgres"], indirect=True)
 
@@ -43,7 +43,8 @@ def _turn(client: Client, agent_id: str, session_id: str, query: str, stream: bo
 def test_concurrent_turns_on_two_servers_complete_once_or_get_409(deployment):
     token = deployment.token()
     agent_id = deployment.import_agent(SAMPLES / "counter.json")
-    clients = [Client(deployment.server(workers=2).url, token) for _ in range(2)]
+    servers = [deployment.server(workers=2).url for _ in range(2)]
+    clients = [Client(url, token) for url in servers]
     session_ids = [clients[0].create_session(agent_id) for _ in range(SESSIONS)]
     first_version = {sid: clients[1].session(agent_id, sid)["version"] for sid in session_ids}
     # number counted -> the query of that turn, per session
@@ -59,11 +60,16 @@ def test_concurrent_turns_on_two_servers_complete_once_or_get_409(deployment):
     # Blocking turns, one after the other, alternating: each server last committed the
     # session's turn before last and kept that row, so each of these first runs on a row
     # the other server has moved past, finds it so at its commit, and runs again from a read.
+    # (Kept-alive connections: each server's turns reach one of its workers, so its third
+    # turn here finds what its first kept.)
+    sticky = [Client(url, token, keep_alive=True) for url in servers]
     for sid in session_ids:
-        for i, client in enumerate(clients + clients, start=4):
+        for i, client in enumerate(sticky + sticky, start=4):
             query = f"{sid[:8]} in turn {i}"
             assert _turn(client, agent_id, sid, query, stream=False) == i + 1
             counted[sid][i + 1] = query
+    stale = [metric(server, "agentcanvas_canvas_cache_total", outcome="stale") for server in servers]
+    assert min(stale) >= SESSIONS, stale
 
     # At once: per session one thread per server, all released together.
     barrier = threading.Barrier(SESSIONS * 2)

@@ -11,20 +11,10 @@ import json
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import SAMPLES, Client, until
+from tests.e2e.conftest import SAMPLES, Client, metric, until
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-
-
-def metric(server_url: str, name: str, **labels: str) -> float:
-    text = requests.get(f"{server_url}/metrics", timeout=30).text
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                return s.value
-    return 0.0
 
 
 def json_lines(log: str) -> list[dict]:
