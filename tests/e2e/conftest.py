@@ -212,6 +212,9 @@ class Deployment:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTCANVAS_")}
         env.update(
             {
+                # The code of this checkout, whatever the virtual environment's editable
+                # install points at (another worktree sharing it would serve its own code).
+                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
                 "AGENTCANVAS_DATABASE_URL": database_url,
                 "AGENTCANVAS_INVOKE_ALLOW_HOSTS": '["127.0.0.1"]',
                 "AGENTCANVAS_SERVER_CANCEL_POLL_SECONDS": "0.05",
