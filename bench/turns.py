@@ -261,8 +261,8 @@ class LangGraphSqlite:
 # ---------------------------------------------------------------- running
 def _order(players: list[tuple[str, int]], rng: random.Random, last: tuple[str, int] | None) -> list:
     """``players`` ((subject, point) pairs) in a random order in which none follows an
-    instance of its own subject, nor the first ``last`` (the previous round's last
-    player), as with one instance a subject a turn never follows its own. Drawn again
+    instance of its own subject, the first included (it follows ``last``, the previous
+    round's last player): with one instance a subject, a turn never follows its own. Drawn again
     until it fits: about 10 draws for 3 subjects at 3 points, fewer with more subjects."""
     if len({name for name, _ in players}) < 2:
         return rng.sample(players, len(players))

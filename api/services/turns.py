@@ -490,20 +490,11 @@ class TurnService:
                     _delete_session(row.id)
                 raise
         if inline and self.canvases.enabled and isinstance(req.session_id, str):
-            committed = self.canvases.take_committed(
-                req.session_id, (req.tenant_id, req.agent_id, req.end_user)
-            )
+            committed = self.canvases.take_committed(req.session_id, _reader(req))
             if committed is not None:
                 row, kept = committed
                 try:
-                    turn = self._start(
-                        req,
-                        row._replace(snapshot=kept.text),
-                        created=False,
-                        inline=True,
-                        kept=kept,
-                        unread=True,
-                    )
+                    turn = self._start(req, row, created=False, inline=True, kept=kept, unread=True)
                 except _Stale as stale:
                     if not stale.refused:  # another process wrote the session: a miss after all
                         self.canvases.stale()
@@ -1119,7 +1110,7 @@ class TurnService:
                         claim.session_id,
                         claim.version + 1,
                         kept_canvas,
-                        _committed_row(claim, req, values, now),
+                        _committed_row(claim, req, values, now, snapshot),
                     )
             except Exception:  # noqa: BLE001 - the turn is saved; only its next one reads the row
                 log.exception("could not keep the canvas of session %s", claim.session_id)
@@ -1320,15 +1311,24 @@ class _Stale(Busy):
         self.refused = refused
 
 
-def _committed_row(claim: _Claim, req: TurnRequest, values: dict[str, Any], now: int) -> tuple | None:
+def _reader(req: TurnRequest) -> tuple[str, str, str | None]:
+    """Who reads a session row in a turn: what the read's ``WHERE`` names (tenant, agent,
+    end user), under which a row kept unread is kept and taken (CanvasCache.take_committed)."""
+    return req.tenant_id, req.agent_id, req.end_user
+
+
+def _committed_row(
+    claim: _Claim, req: TurnRequest, values: dict[str, Any], now: int, snapshot: str | bytes
+) -> tuple | None:
     """``(reader, row)``: the session row as the turn's commit left it (a succeeded or
-    paused turn's) and who read it, for the next turn in this process to run on unread
-    (CanvasCache.take_committed); ``None`` where the turn's row is not to be kept."""
+    paused turn's; ``snapshot``, the text its canvas is kept as) and who read it, for the
+    next turn in this process to run on unread (CanvasCache.take_committed); ``None``
+    where the turn's row is not to be kept."""
     row = claim.row
     if row is None:
         return None
-    return (req.tenant_id, req.agent_id, req.end_user), row._replace(
-        snapshot=None,
+    return _reader(req), row._replace(
+        snapshot=snapshot,
         version=claim.version + 1,
         round=values["round"],
         pending_form=values["pending_form"],
