@@ -25,6 +25,8 @@ import pymysql
 
 SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "galera"
 NODES = (1, 2, 3)
+#: Starts of a cluster whose node lost one of its ports to another process (GaleraCluster.start).
+START_ATTEMPTS = 3
 
 
 class GaleraCluster:
@@ -49,12 +51,23 @@ class GaleraCluster:
         return done.stdout
 
     def start(self) -> GaleraCluster:
-        """Bootstrap node 1, join 2 and 3; returns once all three are Synced."""
-        try:
-            out = self._run("start", str(self.folder))
-        except BaseException:
-            self.stop()
-            raise
+        """Bootstrap node 1, join 2 and 3; returns once all three are Synced.
+
+        ``.ci/galera`` picks free ports and lets them go before the nodes bind them, so
+        another process (a test's server on a free port) may take one meanwhile: a node
+        then fails with "Address already in use". In a folder of its own the cluster is
+        then started again, on other ports, up to :data:`START_ATTEMPTS` times."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                out = self._run("start", str(self.folder))
+                break
+            except BaseException as exc:
+                self.stop()
+                if not (
+                    self._own_folder and attempt < START_ATTEMPTS and "Address already in use" in str(exc)
+                ):
+                    raise
+                self.folder = Path(tempfile.mkdtemp(prefix="agentcanvas-galera-"))
         for line in out.splitlines():
             name, port = line.split()
             self.ports[int(name.removeprefix("node"))] = int(port)
