@@ -22,7 +22,8 @@ one before it. Right after LangGraph's, whose turn leaves the CPU's caches colde
 FULL turn took 1.35 ms against 1.05 after the two-commit floor's, and the floor + canvas'
 1.11 against 0.85. The cyclic rotation used before kept every instance's predecessor
 the same from round to round: ours always came right after LangGraph, the floor + canvas
-after the two-commit floor.
+after the two-commit floor. Each group ends with a table of every subject's wall time by the
+subject that played just before it, the effect as this run measured it.
 
 Figures are the median over the window with its spread (25th–75th percentile); a
 ratio is the median of the per-turn ratios of two same-numbered turns, which ran
@@ -282,6 +283,7 @@ def play(
     gap: float = 0.0,
     warmup: int = 0,
     rng: random.Random | None = None,
+    after: dict[str, dict[str, list[float]]] | None = None,
 ) -> dict[str, dict[str, dict[int, list[float]]]]:
     """Every subject plays the conversation, interleaved; the timed windows.
 
@@ -297,7 +299,9 @@ def play(
     with like. With ``gap`` (seconds), each timed turn comes after a sleep that long,
     not timed. Each timed turn is measured twice: wall time, and this process's CPU
     time (every thread's: LangGraph runs its nodes in a pool), which a busy machine
-    disturbs less. Returns ``{clock: {subject: {point: [seconds per turn]}}}``.
+    disturbs less. Returns ``{clock: {subject: {point: [seconds per turn]}}}``; ``after``,
+    if given, gets each timed turn's wall time under the subject that played just before
+    it (``{subject: {predecessor: [seconds]}}``, every point's turns together).
     """
     points = sorted(instances)
     names = list(instances[points[0]])
@@ -311,6 +315,7 @@ def play(
     rng = rng or random.Random(1)
     players = [(n, p) for p in points for n in names]
     last: tuple[str, int] | None = None
+    last_played: str | None = None
     for first in range(0, window, block):
         order = _order(players, rng, last)
         last = order[-1]
@@ -321,8 +326,12 @@ def play(
                     time.sleep(gap)
                 wall, cpu = time.perf_counter(), time.process_time()
                 subject.turn(i)
-                times["wall"][name][p].append(time.perf_counter() - wall)
+                took = time.perf_counter() - wall
+                times["wall"][name][p].append(took)
                 times["CPU"][name][p].append(time.process_time() - cpu)
+                if after is not None and last_played is not None:
+                    after.setdefault(name, {}).setdefault(last_played, []).append(took)
+                last_played = name
     return times
 
 
@@ -367,6 +376,20 @@ def report(group: str, times: dict[str, dict[int, list[float]]], points: list[in
             q1, q2, q3 = quartiles(pairs)
             cells += f"{f'{q2:.2f}x [{q1:.2f}–{q3:.2f}]':>24}"
         print(f"  {label:<{width - 2}}{cells}")
+
+
+def report_after(group: str, names: list[str], after: dict[str, dict[str, list[float]]]) -> None:
+    """Each subject's wall time per turn by the subject whose turn ran just before it (every
+    point's turns together): what a turn pays for the caches its predecessor left it."""
+    width = max(30, *(len(n) + 4 for n in names))
+    print(f"\n{group}: wall ms per pause+resume turn, median (turns), by the subject that played just before")
+    print(f"{'subject':<{width}}" + "".join(f"{f'after {i}':>14}" for i in range(1, len(names) + 1)))
+    for i, name in enumerate(names, 1):
+        cells = ""
+        for before in names:
+            taken = after.get(name, {}).get(before, [])
+            cells += f"{f'{statistics.median(taken) * 1000:.2f} ({len(taken)})' if taken else '-':>14}"
+        print(f"{f'{i} {name}':<{width}}{cells}")
 
 
 def main() -> int:
@@ -491,20 +514,18 @@ def main() -> int:
         for block, gap in runs:
             for group, instances in make_groups(block, gap):
                 print(f"  playing {group}", file=sys.stderr)
-                results.append(
-                    (
-                        group,
-                        play(
-                            instances, args.window, block, gap / 1000, args.warmup, random.Random(args.seed)
-                        ),
-                    )
+                after: dict[str, dict[str, list[float]]] = {}
+                times = play(
+                    instances, args.window, block, gap / 1000, args.warmup, random.Random(args.seed), after
                 )
+                results.append((group, times, after))
                 for subjects in instances.values():
                     for subject in subjects.values():
                         subject.close()
-        for group, times in results:
+        for group, times, after in results:
             for clock, by_clock in times.items():
                 report(group, by_clock, points, clock)
+            report_after(group, list(times["wall"]), after)
     finally:
         for drop in cleanups:
             drop()
