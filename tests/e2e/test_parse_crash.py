@@ -91,10 +91,22 @@ def test_cancel_reaches_the_process_that_parses(deployment):
     worker = Client(deployment.server(**LEASE).url, token)
     # Another process takes the cancel: parse threads off, so it never works on the task.
     front = Client(deployment.server(AGENTCANVAS_DATASETS_PARSE_THREADS="0", **LEASE).url, token)
-    ds, doc = start_parse(worker, big_text())
-    until(lambda: document(front, ds, doc)["progress"] > 0.05, "the parse to start")
-    resp = front.call("DELETE", f"/datasets/{ds}/chunks", json={"document_ids": [doc]})
-    assert resp.json()["code"] == 0, resp.text
+    for attempt in range(3):
+        ds, doc = start_parse(worker, big_text(), name=f"big {attempt}")
+        until(
+            lambda: (d := document(front, ds, doc))["run"] == "RUNNING" and 0.05 < d["progress"] < 0.8,
+            "the parse to be part done",
+            step=0.01,
+        )
+        resp = front.call("DELETE", f"/datasets/{ds}/chunks", json={"document_ids": [doc]})
+        if resp.json()["code"] == 0:
+            break
+        # The parse ended between the look and the cancel (a busy machine ran the parse
+        # thread on, not the test): that is the one refusal allowed, then again.
+        assert document(front, ds, doc)["run"] == "DONE", resp.text
+        assert "is not being parsed; nothing to cancel" in resp.json()["message"]
+    else:
+        pytest.fail(f"every parse ended before its cancel: {resp.text}")
     cancelled = document(front, ds, doc)
     assert cancelled["run"] == "CANCEL" and cancelled["chunk_count"] == 0
     assert front.get(f"/datasets/{ds}/documents/{doc}/chunks").json()["data"]["total"] == 0
