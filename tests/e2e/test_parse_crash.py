@@ -94,7 +94,9 @@ def test_cancel_reaches_the_process_that_parses(deployment):
     for attempt in range(3):
         ds, doc = start_parse(worker, big_text(), name=f"big {attempt}")
         until(
-            lambda: (d := document(front, ds, doc))["run"] == "RUNNING" and 0.05 < d["progress"] < 0.8,
+            lambda ds=ds, doc=doc: (
+                (d := document(front, ds, doc))["run"] == "RUNNING" and 0.05 < d["progress"] < 0.8
+            ),
             "the parse to be part done",
             step=0.01,
         )
