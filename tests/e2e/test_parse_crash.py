@@ -93,11 +93,10 @@ def test_cancel_reaches_the_process_that_parses(deployment):
     front = Client(deployment.server(AGENTCANVAS_DATASETS_PARSE_THREADS="0", **LEASE).url, token)
     for attempt in range(3):
         ds, doc = start_parse(worker, big_text(), name=f"big {attempt}")
+        # Part done (or, on a busy machine, already done: then the cancel is refused below).
         until(
-            lambda ds=ds, doc=doc: (
-                (d := document(front, ds, doc))["run"] == "RUNNING" and 0.05 < d["progress"] < 0.8
-            ),
-            "the parse to be part done",
+            lambda ds=ds, doc=doc: document(front, ds, doc)["progress"] > 0.05,
+            "the parse to start",
             step=0.01,
         )
         resp = front.call("DELETE", f"/datasets/{ds}/chunks", json={"document_ids": [doc]})
