@@ -234,18 +234,9 @@ class PrivatePostgres(PrivateServer):
 
 
 def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (from /proc: their own sessions included)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    fields = fh.read().rpartition(")")[2].split()
-            except OSError:
-                continue  # gone meanwhile
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
+    """The processes ``pid`` started (the kernel's list, whatever their session)."""
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+        return [int(child) for child in fh.read().split()]
 
 
 def _running(pid: int) -> bool:
