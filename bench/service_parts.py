@@ -99,7 +99,8 @@ def _no_log() -> Callable[[], None]:
 
 def _no_insert() -> Callable[[], None]:
     statement = service._APPEND_EXCHANGE
-    return _swap(statement, "send", lambda *args, **named: None)  # the instance's, over the class's
+    statement.send = lambda *args, **named: None  # the instance's, over the class's method
+    return lambda: delattr(statement, "send")  # the class's again
 
 
 def _no_telemetry() -> Callable[[], None]:
