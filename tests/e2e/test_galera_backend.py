@@ -201,9 +201,25 @@ def test_a_turn_whose_commit_loses_a_certification_race_is_saved_on_the_next_try
 
 def test_a_turn_whose_commit_keeps_losing_is_answered_not_saved(galera):
     """Aborted on every attempt: "not saved, send it again" (503, Retry-After), nothing
-    of it saved — never a 500."""
+    of it saved — never a 500.
+
+    Played again (a new session, up to 3 times in all) when an attempt that node 2's
+    write met was left waiting behind the hand-taken lock instead of being aborted
+    (MDEV-24775/MDEV-39681, :class:`_StuckAttempt`): no later attempt can come then, and
+    what the turn answers once let through says nothing of a turn that keeps losing."""
     conflicts = cluster.CONFLICT_RETRIES + 1
-    reply, saved, logged, aborted = _turn_meeting_conflicts(galera, "agentcanvas_galera_always", conflicts)
+    stuck: list[str] = []
+    for _ in range(3):
+        try:
+            reply, saved, logged, aborted = _turn_meeting_conflicts(
+                galera, "agentcanvas_galera_always", conflicts
+            )
+        except _StuckAttempt as exc:
+            stuck.append(str(exc))
+            continue
+        break
+    else:
+        pytest.fail(f"in 3 tries an attempt was left waiting each time: {stuck}")
     assert reply.status_code == 503, reply.get_json()
     assert reply.headers["Retry-After"]
     assert reply.get_json()["data"]["data"]["error_type"] == "TurnNotSaved"
@@ -211,11 +227,38 @@ def test_a_turn_whose_commit_keeps_losing_is_answered_not_saved(galera):
     assert (saved, logged) == (0, 0)
 
 
+#: Seconds an attempt that node 2's write met may still wait at the message-log INSERT,
+#: no later attempt queued, before it counts as left there (:class:`_StuckAttempt`). The
+#: write's abort, the retry's pause (at most 30 ms) and its statements take well under one.
+STUCK_AFTER = 5
+
+
+class _StuckAttempt(Exception):
+    """An attempt that node 2's conflicting write met still waits at the hand-taken lock,
+    not aborted, and no later attempt came: MariaDB can leave a brute-force-aborted
+    transaction waiting for a lock another local transaction holds, until that lock is
+    let go (MDEV-24775, MDEV-39681). The scenario cannot go on; it is played again."""
+
+
 def _next_attempt(monitor: Any, replies: list, seen: set[str], what: str) -> set[str]:
     """The transactions waiting at the message-log INSERT that are not in ``seen``, once
-    there is one; a failure shows what node 1's transactions were doing instead."""
+    there is one; a failure shows what node 1's transactions were doing instead.
+
+    Raises :class:`_StuckAttempt` when, :data:`STUCK_AFTER` seconds on, one of ``seen``
+    (the attempts node 2's writes met) still waits and no new one does."""
+    started = time.monotonic()
+
+    def new_attempt() -> set[str]:
+        waiting = _waiting_inserts(monitor, replies)
+        if not waiting - seen and waiting & seen and time.monotonic() - started > STUCK_AFTER:
+            raise _StuckAttempt(
+                f"transaction {sorted(waiting & seen)} still waits at the message-log INSERT"
+                f" {STUCK_AFTER} s after node 2's write, and no later attempt came"
+            )
+        return waiting - seen
+
     try:
-        return until(lambda: _waiting_inserts(monitor, replies) - seen, what, step=0.1)
+        return until(new_attempt, what, step=0.1)
     except AssertionError:
         with monitor.cursor() as cur:  # no wsrep_sync_wait: it would wait for the applier too
             cur.execute(
@@ -247,13 +290,14 @@ def _lost(galera: GaleraCluster) -> int:
     return int(status["wsrep_local_bf_aborts"]) + int(status["wsrep_local_cert_failures"])
 
 
-def _let_through_once_lost(galera: GaleraCluster, monitor: Any, count: int, replies: list) -> None:
-    """Wait (up to 5 s) until node 1 counts ``count`` lost transactions in all."""
+def _let_through_once_lost(galera: GaleraCluster, monitor: Any, count: int, replies: list) -> bool:
+    """Wait (up to 5 s) until node 1 counts ``count`` lost transactions in all; whether it does."""
     give_up = time.monotonic() + 5
     while _lost(galera) < count and time.monotonic() < give_up:
         if replies:
             _waiting_inserts(monitor, replies)  # fails, showing the early answer
         time.sleep(0.1)
+    return _lost(galera) >= count
 
 
 def _waiting_inserts(monitor: Any, replies: list | None = None) -> set[str]:
@@ -310,24 +354,33 @@ def _turn_meeting_conflicts(galera: GaleraCluster, name: str, conflicts: int) ->
         turn.start()
         # Node 1's own view of its transactions (no wait for the cluster: it is local).
         monitor = pymysql.connect(host="127.0.0.1", port=galera.ports[1], user="root", autocommit=True)
-        seen: set[str] = set()
-        for _ in range(conflicts):
-            # A new attempt waits for the lock: make it lose to a write from node 2.
-            seen |= _next_attempt(monitor, replies, seen, "an attempt to wait for the lock")
-            flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
-            galera.query(2, flip, session_id, database=name)
-        if conflicts <= cluster.CONFLICT_RETRIES:
-            # The attempt after the last conflict is let through: the lock is let go once
-            # node 1 counts the last loss, or after 5 s. Waiting for that attempt to queue
-            # at the lock hung now and then: MariaDB can leave a brute-force-aborted
-            # transaction waiting for a lock another local transaction holds (here the
-            # hand-taken one), not yet counted, until that lock is let go (MDEV-24775,
-            # MDEV-39681). Let go, the aborted attempt fails (1213) and the next runs free;
-            # the counts below show that it happened.
-            _let_through_once_lost(galera, monitor, lost_before + conflicts, replies)
-        monitor.close()
-        locker.rollback()
-        turn.join(60)
+        try:
+            seen: set[str] = set()
+            for _ in range(conflicts):
+                # A new attempt waits for the lock: make it lose to a write from node 2.
+                seen |= _next_attempt(monitor, replies, seen, "an attempt to wait for the lock")
+                flip = "UPDATE session SET cancel_requested = 1 - cancel_requested WHERE id = %s"
+                galera.query(2, flip, session_id, database=name)
+            if conflicts <= cluster.CONFLICT_RETRIES:
+                # The attempt after the last conflict is let through: the lock is let go once
+                # node 1 counts the last loss, or after 5 s. Waiting for that attempt to queue
+                # at the lock hung now and then: MariaDB can leave a brute-force-aborted
+                # transaction waiting for a lock another local transaction holds (here the
+                # hand-taken one), not yet counted, until that lock is let go (MDEV-24775,
+                # MDEV-39681). Let go, the aborted attempt fails (1213) and the next runs free;
+                # the counts below show that it happened.
+                _let_through_once_lost(galera, monitor, lost_before + conflicts, replies)
+            elif not _let_through_once_lost(galera, monitor, lost_before + conflicts, replies):
+                # The last attempt was left waiting, not aborted: let go, it could commit.
+                raise _StuckAttempt(
+                    f"node 1 counted {_lost(galera) - lost_before} of {conflicts} attempts lost"
+                    " 5 s after node 2's last write"
+                )
+        finally:
+            # Whatever happened, the turn is let through and answers before the app stops.
+            monitor.close()
+            locker.rollback()
+            turn.join(60)
     finally:
         locker.close()
         stop_apps([app])
