@@ -38,6 +38,7 @@ import contextlib
 import importlib.util
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -121,7 +122,7 @@ def _drop_log_index(subject: turns.Ours) -> None:
 
 def play(args: argparse.Namespace, tmp: str) -> None:
     sync = args.synchronous
-    # subject -> (instance, the switch that turns its part off for a block, or None)
+    # subject -> the switch that turns its part off for one of its blocks (and returns what turns it on)
     switches: dict[str, Callable[[], Callable[[], None]] | None] = {
         "ours": None,
         "ours, no message log": _no_log,
@@ -244,9 +245,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="agentcanvas-bench-")
-    play(args, tmp)
-    if args.page:
-        page_cost(args, tmp)
+    try:
+        play(args, tmp)
+        if args.page:
+            page_cost(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
