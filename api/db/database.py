@@ -23,10 +23,11 @@ import select
 import sqlite3
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 from urllib.parse import parse_qs, urlparse
 
 from peewee import (
@@ -1435,9 +1436,25 @@ class _Checkpointer:
     against 0.27 in a WAL started over (one thread's pause+resume turns, strace). With
     ``synchronous=NORMAL`` a commit syncs nothing, and the finishing pass's two syncs
     would be waits added to the writers (a busy disk: 0.74-0.95 ms a turn became
-    1.5-2.3): there the WAL grows as before. The lock is not waited for past
-    :data:`CHECKPOINT_LOCK_WAIT` (this process's writers holding it): the next
-    checkpoint tries again.
+    1.5-2.3). The lock is not waited for past :data:`CHECKPOINT_LOCK_WAIT` (this
+    process's writers holding it): the next checkpoint tries again.
+
+    There (``synchronous=NORMAL``) the checkpoint is **followed up** instead, without
+    the lock: :data:`FOLLOW_UPS` seconds after it, the thread checkpoints again what
+    landed meanwhile, until the WAL has started over (it holds fewer frames than the
+    last look found) or the follow-ups are spent. A commit asks for its checkpoint while
+    its client's next request may already be running, and a writer starts the WAL over
+    only if every frame had been copied when its transaction began: a form's pause and
+    its resume sent back to back (a client's script, a test, ``bench/turns.py``) made the
+    resume's commit land just after the checkpoint, every time, and the WAL never
+    started over until it held :data:`WAL_AUTOCHECKPOINT` pages (40 MB), each commit
+    making the file longer. Interleaved with other engines' turns (``bench/turns.py``,
+    NORMAL), such a conversation's pause+resume turn took 0.45-0.56 ms, against 0.40-0.42
+    for one whose WAL had reached those 40 MB and started over; followed up, all took
+    0.38-0.40. A follow-up that finds nothing to copy syncs nothing; under writes that
+    never pause, the follow-ups find more each time and the WAL grows as before. Only a
+    database whose connection the thread still keeps is followed up (:meth:`forget`
+    closed it).
     """
 
     def __init__(self) -> None:
@@ -1450,8 +1467,11 @@ class _Checkpointer:
         _INHERITED.extend(database for database, _ in getattr(self, "_open", {}).values())
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        #: path -> the database's write lock (None: none to finish with), in order of asking
-        self._wanted: dict[str, _WriterLock | None] = {}
+        #: path -> the database's write lock (None: none to finish with), or the follow-up
+        #: that is due, in order of asking
+        self._wanted: dict[str, _WriterLock | _FollowUp | None] = {}
+        #: path -> the follow-up to run when its time (time.monotonic()) has come
+        self._later: dict[str, tuple[float, _FollowUp]] = {}
         self._thread: threading.Thread | None = None
         self._busy = False
         #: path -> (its connection, the file's (st_dev, st_ino) when opened), oldest use first;
@@ -1464,6 +1484,7 @@ class _Checkpointer:
         holding ``write_lock`` where commits landed meanwhile)."""
         with self._lock:
             self._wanted[path] = write_lock
+            self._later.pop(path, None)  # this checkpoint is followed up in its turn
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentcanvas-checkpoint", daemon=True)
                 self._thread.start()
@@ -1477,6 +1498,8 @@ class _Checkpointer:
     def forget(self, path: str) -> None:
         """Close the connection kept to the database at ``path``, if any (after a
         checkpoint of it that is running)."""
+        with self._lock:
+            self._later.pop(path, None)
         with self._open_lock:
             kept = self._open.pop(path, None)
             if kept is not None:
@@ -1487,15 +1510,29 @@ class _Checkpointer:
             with self._lock:
                 self._busy = False
                 self._wake.notify_all()
-                self._wake.wait_for(lambda: self._wanted)
+                while not self._wanted:
+                    now = time.monotonic()
+                    due = [path for path, (when, _) in self._later.items() if when <= now]
+                    for path in due:
+                        self._wanted[path] = self._later.pop(path)[1]
+                    if not due:
+                        soonest = min((when for when, _ in self._later.values()), default=None)
+                        self._wake.wait(None if soonest is None else soonest - now)
                 wanted, self._wanted, self._busy = list(self._wanted.items()), {}, True
-            for path, write_lock in wanted:
+            for path, asked in wanted:
                 with self._open_lock:
-                    self.checkpoint(path, write_lock)
+                    if isinstance(asked, _FollowUp):
+                        if path in self._open:  # else forgotten (closed) since
+                            self.checkpoint(path, follow_up=asked)
+                    else:
+                        self.checkpoint(path, asked)
 
-    def checkpoint(self, path: str, write_lock: _WriterLock | None = None) -> None:
+    def checkpoint(
+        self, path: str, write_lock: _WriterLock | None = None, follow_up: _FollowUp | None = None
+    ) -> None:
         """Checkpoint the WAL of the database at ``path`` (called holding ``_open_lock``),
-        then what commits added meanwhile holding ``write_lock``, if given."""
+        then what commits added meanwhile holding ``write_lock``, if given; else have it
+        followed up (``follow_up``: this is one)."""
         kept = self._open.pop(path, None)
         try:
             stat = os.stat(path)
@@ -1517,8 +1554,10 @@ class _Checkpointer:
             )
             kept = (database, file)
         try:
-            kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            if write_lock is not None and write_lock.acquire(CHECKPOINT_LOCK_WAIT):
+            _, frames, _ = kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+            if write_lock is None:
+                self._follow_up(path, frames, follow_up)
+            elif write_lock.acquire(CHECKPOINT_LOCK_WAIT):
                 try:
                     kept[0].execute_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 finally:
@@ -1530,6 +1569,17 @@ class _Checkpointer:
         self._open[path] = kept  # the most recently used last
         while len(self._open) > CHECKPOINT_CONNECTIONS:
             self._close(self._open.pop(next(iter(self._open)))[0])
+
+    def _follow_up(self, path: str, frames: int, last: _FollowUp | None) -> None:
+        """Have the checkpoint of ``path`` that found ``frames`` in the WAL followed up,
+        unless the WAL has started over since ``last`` (the follow-up this one is) or the
+        follow-ups are spent."""
+        step = 0 if last is None else last.step + 1
+        if frames <= 0 or step >= len(FOLLOW_UPS) or (last is not None and frames < last.frames):
+            return
+        with self._lock:
+            if path not in self._wanted:  # a commit that asked meanwhile comes first
+                self._later[path] = (time.monotonic() + FOLLOW_UPS[step], _FollowUp(step, frames))
 
     @staticmethod
     def _close(database: SqliteDatabase) -> None:
@@ -1544,6 +1594,20 @@ class _Checkpointer:
 CHECKPOINT_LOCK_WAIT = 1.0
 #: Databases the checkpoint thread keeps a connection to (see :class:`_Checkpointer`).
 CHECKPOINT_CONNECTIONS = 4
+#: Seconds after a checkpoint of a WAL that commits do not sync (``synchronous=NORMAL``)
+#: that the checkpoint thread looks again, and copies what landed meanwhile, until the
+#: WAL has started over (see :class:`_Checkpointer`): one delay a follow-up.
+FOLLOW_UPS = (0.01, 0.05, 0.25)
+
+
+class _FollowUp(NamedTuple):
+    """A look again at a WAL (:class:`_Checkpointer`): the ``step`` th, after a look that
+    found ``frames`` frames in it."""
+
+    step: int
+    frames: int
+
+
 #: Connections a forked child inherited from its parent's checkpoint thread (kept, never used).
 _INHERITED: list[SqliteDatabase] = []
 _CHECKPOINTER = _Checkpointer()

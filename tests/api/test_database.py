@@ -603,6 +603,42 @@ def test_under_steady_writes_the_sqlite_wal_starts_over_after_each_checkpoint(tm
         database.close_all()
 
 
+def test_with_requests_in_pairs_the_sqlite_wal_starts_over_under_synchronous_normal(tmp_path):
+    """A client that sends its requests in pairs (a form's pause, then at once its
+    resume) and then pauses: the checkpoint asked by the first commit of a pair runs
+    while the second is under way, so that commit lands after it. The checkpoint thread
+    looks again once the writes have paused and copies it, and the WAL file is started
+    over all the same: it stays the size of a few checkpoints' writes instead of
+    growing with every commit until SQLite's own checkpoint at 10,000 pages."""
+    path = tmp_path / "ac.db"
+    init_database(f"sqlite:///{path}?synchronous=normal")
+    database = db.obj
+    pairs, each = 40, "x" * 40_000  # ~10 WAL pages a commit, 3.2 MB in all
+    largest = 0
+
+    def write(i: int, work: float = 0.0) -> None:
+        with db.connection_context(), write_transaction():
+            time.sleep(work)  # the turn's work, its transaction begun
+            MessageLog.create(session_id="s", role="user", content=f"{i}{each}")
+
+    try:
+        with db.connection_context():  # the WAL emptied of the tables' making
+            db.execute_sql("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        # Asked every 10 commits, always by the first of a pair (the 9th commit from here).
+        database.checkpoint_every, database._commits = 10, 1
+        for i in range(pairs):
+            write(2 * i)
+            write(2 * i + 1, 0.005)  # the checkpoint asked by the first runs meanwhile
+            largest = max(largest, os.path.getsize(f"{path}-wal"))
+            time.sleep(0.05)  # the client reads the answer
+        assert _CHECKPOINTER.wait_idle(10)
+        assert MessageLog.select().count() == 2 * pairs
+        # Never started over, the WAL would hold every commit: 3.2 MB.
+        assert largest < pairs * len(each), largest
+    finally:
+        database.close_all()
+
+
 def test_a_forked_worker_can_write_while_another_thread_of_its_parent_holds_the_write_lock(tmp_path):
     """gunicorn forks its workers from a process whose checkpoint thread (or any other
     writer thread) may hold a database's write lock at that moment: the worker's copy of
