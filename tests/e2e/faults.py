@@ -113,6 +113,23 @@ class PrivateServer:
         """Kill it; a subclass also deletes a folder it made itself."""
         self.kill()
 
+    def freeze(self) -> None:
+        """SIGSTOP, as a hung machine: the server keeps its connections and answers
+        nothing. Returns once every thread of it has stopped. The kernel stops a
+        process's threads one by one after ``kill`` returns; on a busy machine a thread
+        could still answer a query sent just after (seen in CI)."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        end = time.monotonic() + 30
+        while not _stopped(self.proc.pid):
+            assert time.monotonic() < end, f"the private {self.name} did not stop"
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        """SIGCONT: the frozen server runs again."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def query(self, sql: str, *args: Any) -> list[tuple]:
         conn = self.connect()
         try:
@@ -215,7 +232,7 @@ class PrivatePostgres(PrivateServer):
         (seen in CI). The postmaster is stopped first, so it starts no backend meanwhile."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.freeze()
         children = _children(self.proc.pid)
         super().kill()
         for pid in children:
@@ -237,6 +254,18 @@ def _children(pid: int) -> list[int]:
     """The processes ``pid`` started (the kernel's list, whatever their session)."""
     with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
         return [int(child) for child in fh.read().split()]
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped by a signal (state ``T``) or gone."""
+    states = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii", errors="replace") as fh:
+                states.append(fh.read().rpartition(")")[2].split()[0])
+        except OSError:
+            continue  # a thread that ended meanwhile
+    return all(state in ("T", "Z", "X") for state in states)  # a dead thread stops too
 
 
 def _running(pid: int) -> bool:

@@ -11,8 +11,6 @@ SIGKILL, as a crash would.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import uuid
 
@@ -120,16 +118,16 @@ def test_a_frozen_host_is_passed_over_not_waited_for(tmp_path):
 
     try:
         assert port() == frozen.port  # its connection stays in the pool
-        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        frozen.freeze()
         answered: list[int] = []
         asking = threading.Thread(target=lambda: answered.append(port()), daemon=True)
         asking.start()
         asking.join(60)  # a safety net: before the fix, this waited forever
         assert answered == [3306]
-        os.kill(frozen.proc.pid, signal.SIGCONT)
+        frozen.thaw()
         until(lambda: port() == frozen.port, "the worker to come back to the host that runs again")
     finally:
-        os.kill(frozen.proc.pid, signal.SIGCONT)
+        frozen.thaw()
         database.close_all()
         frozen.remove()
 
@@ -169,13 +167,13 @@ def test_a_write_first_on_a_frozen_host_runs_once_on_the_next_host(tmp_path):
         for database in pools.values():  # each pool keeps a connection to the first host
             with database.connection_context():
                 assert database.execute_sql("SELECT @@port").fetchone()[0] == frozen.port
-        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        frozen.freeze()
         for how, database in pools.items():
             writing = threading.Thread(target=write, args=(database, how), daemon=True)
             writing.start()
             writing.join(60)  # a safety net
             assert not writing.is_alive() and failures == []
-        os.kill(frozen.proc.pid, signal.SIGCONT)
+        frozen.thaw()
         with shared.cursor() as cur:
             cur.execute(f"SELECT what FROM {name}.written ORDER BY what")
             assert [row[0] for row in cur.fetchall()] == ["alone", "in a transaction"]
@@ -192,7 +190,7 @@ def test_a_write_first_on_a_frozen_host_runs_once_on_the_next_host(tmp_path):
 
         assert until(left_over, "the frozen host to see its connections closed") == ["nothing"]
     finally:
-        os.kill(frozen.proc.pid, signal.SIGCONT)
+        frozen.thaw()
         for database in pools.values():
             database.close_all()
         with shared.cursor() as cur:
