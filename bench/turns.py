@@ -83,6 +83,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -529,6 +530,7 @@ def main() -> int:
     finally:
         for drop in cleanups:
             drop()
+        shutil.rmtree(tmp, ignore_errors=True)  # its SQLite files: 44 MB a durability
     return 0
 
 

@@ -34,6 +34,7 @@ import argparse
 import collections
 import importlib.util
 import os
+import shutil
 import sqlite3
 import struct
 import sys
@@ -173,6 +174,14 @@ def main() -> int:
     if args.prompt_bytes:
         with_prompt_text(args.prompt_bytes)
     tmp = tempfile.mkdtemp(prefix="agentcanvas-wal-")
+    try:
+        measure_both(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def measure_both(args: argparse.Namespace, tmp: str) -> None:
     ours_path = f"{tmp}/ours.db"
     ours = Ours(f"sqlite:///{ours_path}")
     if args.keep is not None:
@@ -190,7 +199,6 @@ def main() -> int:
     measure("floor, 1 commit", floor, floor_path, args.warmup, args.turns, args.by_table)
     ours.close()
     floor.close()
-    return 0
 
 
 if __name__ == "__main__":
