@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zipimport
@@ -129,12 +130,19 @@ class ServerProcess:
         """
         for _ in range(5):
             self.port = free_port()
+            env = self.env
+            if "PROMETHEUS_MULTIPROC_DIR" not in env:
+                # Its workers' metric files in the test's folder, a fresh one each start:
+                # the folder a server makes in /tmp is removed when it exits, never when
+                # it is killed as a crash would be (every test's teardown).
+                metrics = tempfile.mkdtemp(prefix="metrics-", dir=self.log_path.parent)
+                env = {**env, "PROMETHEUS_MULTIPROC_DIR": metrics}
             with open(self.log_path, "a", encoding="utf-8") as log:
                 self.proc = subprocess.Popen(
                     [*self.command, "--host", "127.0.0.1", "--port", str(self.port)]
                     + ["--workers", str(self.workers), "--threads", str(self.threads)],
                     cwd=self.cwd,
-                    env=self.env,
+                    env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     # Its own process group, so that stop() and kill() reach the workers too.
