@@ -48,10 +48,12 @@ def subjects(tmp: str, sync: str) -> dict[str, object]:
         "floor sqlite + canvas": turns.FloorCanvas(f"sqlite:///{tmp}/floorc.db", sync),
         "floor sqlite, 1 commit": turns.Floor(f"sqlite:///{tmp}/floor1.db", False, sync),
     }
-    if importlib.util.find_spec("langgraph.checkpoint.sqlite") is not None:
-        found[LANGGRAPH] = turns.LangGraphSqlite(f"{tmp}/langgraph.db", sync)
-    else:
+    try:
+        import langgraph.checkpoint.sqlite  # noqa: F401 - only whether it is there
+    except ImportError:  # find_spec of a dotted name raises too when langgraph is missing
         print("LangGraph not installed: pip install -e '.[bench]' to compare", file=sys.stderr)
+        return found
+    found[LANGGRAPH] = turns.LangGraphSqlite(f"{tmp}/langgraph.db", sync)
     return found
 
 
