@@ -2,7 +2,10 @@
 quickstart`` gives the first run ``make run`` gives, and writes nothing into site-packages.
 
 ``python -m build`` makes the sdist and, from it, the wheel (so the sdist is checked
-too). The fresh environment gets only the wheel; the dependencies are borrowed from
+too), from a copy of the checkout: the build writes into the tree it builds (the sdist's
+release folder, ``build/``, ``*.egg-info``), and two test processes building the same
+checkout at once (``pytest -n 2`` shares this module's tests out) lost each other's
+files ("No such file or directory: 'agentcanvas-0.1.0/api/...'"). The fresh environment gets only the wheel; the dependencies are borrowed from
 this test's environment through a ``.pth`` line (installing them from the network would
 take minutes and tell nothing about our package). That environment's editable install
 of the checkout is not visible there: ``.pth`` files of a borrowed folder are not run.
@@ -10,8 +13,10 @@ of the checkout is not visible there: ``.pth`` files of a borrowed folder are no
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -28,14 +33,42 @@ pytestmark = pytest.mark.timeout(1200)
 
 SAMPLES = sorted(p.stem for p in (ROOT / "samples").glob("*.json"))
 
+#: What .gitignore leaves out, so left out of the copy that is built: at the top of the
+#: checkout, and anywhere in it.
+_NOT_AT_TOP = {".git", ".venv", "data", "build", "dist", ".pytest_cache", ".ruff_cache", ".hypothesis"}
+_NOT_ANYWHERE = (
+    "__pycache__",
+    "*.pyc",
+    "*.egg-info",
+    "*.db",
+    "*.db-wal",
+    "*.db-shm",
+    "*.db-writer",
+    ".state*.json",
+)
+
+
+def _left_out(folder: str, names: list[str]) -> set[str]:
+    top = Path(folder) == ROOT
+    artifacts = Path(folder) == ROOT / "tests"
+    return {
+        name
+        for name in names
+        if (top and name in _NOT_AT_TOP)
+        or (artifacts and name == "artifacts")
+        or any(fnmatch.fnmatch(name, pattern) for pattern in _NOT_ANYWHERE)
+    }
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """A fresh virtual environment holding the built wheel; its ``bin`` folder."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=_left_out, symlinks=True)
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
