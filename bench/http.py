@@ -26,7 +26,10 @@ warm-up (from /proc) and printed beside it, e.g. ``8/8`` per round: a ratio comp
 with like only where the splits match. Measurement is interleaved: each round runs every subject
 at every concurrency for ``--seconds``, and the figures are medians over the rounds,
 with their spread (min–max). A ratio is always of two subjects measured in the same
-round, one right after the other.
+round, one right after the other. Each cell's latency is printed as its median (p50)
+and its 99th percentile (p99): with many clients the writers wait, and how they wait
+shows in the p99 (the floor's in SQLite's busy handler, which lets some through at once
+and puts others to sleep; ours in the write lock's queue, one after the other).
 
     .venv/bin/python bench/http.py [--clients 1,4,16,64] [--rounds 5] [--seconds 3] [--no-mysql]
     .venv/bin/python bench/http.py --uncached  # also ours with the canvas cache off
@@ -300,6 +303,9 @@ def start_langgraph(cli: str, workers: int, sessions: int, tmp: str) -> Subject 
 class Phase:
     rps: float
     p50_ms: float
+    #: the 99th percentile: where the writers wait (SQLite's busy handler sleeps; ours'
+    #: write lock queues them), the medians alone hide how long the slowest wait
+    p99_ms: float
     errors: int
     split: tuple[int, ...] = ()  # the clients' connections held by each worker process
 
@@ -398,6 +404,7 @@ def measure(subject: Subject, clients: int, seconds: float, warmup: float) -> Ph
     return Phase(
         rps=len(latencies) / seconds,
         p50_ms=statistics.median(latencies) * 1000 if latencies else float("nan"),
+        p99_ms=statistics.quantiles(latencies, n=100)[98] * 1000 if len(latencies) > 1 else float("nan"),
         errors=len(errors),
         split=split[0],
     )
@@ -505,7 +512,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
         f"{args.seconds:g} s per cell, interleaved; median [min–max] over rounds"
     )
     print(
-        f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'errors':>8}"
+        f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'p99 ms':>26}{'errors':>8}"
         "  connections per worker, each round"
     )
     for backend, group in subjects.items():
@@ -514,7 +521,8 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                 phases = results[(backend, subject.name, level)]
                 print(
                     f"{backend:<9}{level:>8}  {subject.name:<10}{spread([p.rps for p in phases]):>22}"
-                    f"{spread([p.p50_ms for p in phases], '{:.2f}'):>24}{sum(p.errors for p in phases):>8}"
+                    f"{spread([p.p50_ms for p in phases], '{:.2f}'):>24}"
+                    f"{spread([p.p99_ms for p in phases], '{:.2f}'):>26}{sum(p.errors for p in phases):>8}"
                     f"  {' '.join('/'.join(map(str, p.split)) for p in phases)}"
                 )
     print("\ncost per request, ratio of two subjects measured in the same round: median [min–max]")
