@@ -5,10 +5,11 @@ quickstart`` gives the first run ``make run`` gives, and writes nothing into sit
 too), from a copy of the checkout: the build writes into the tree it builds (the sdist's
 release folder, ``build/``, ``*.egg-info``), and two test processes building the same
 checkout at once (``pytest -n 2`` shares this module's tests out) lost each other's
-files ("No such file or directory: 'agentcanvas-0.1.0/api/...'"). The fresh environment gets only the wheel; the dependencies are borrowed from
-this test's environment through a ``.pth`` line (installing them from the network would
-take minutes and tell nothing about our package). That environment's editable install
-of the checkout is not visible there: ``.pth`` files of a borrowed folder are not run.
+files ("No such file or directory: 'agentcanvas-0.1.0/api/...'"). The fresh environment
+gets only the wheel; the dependencies are borrowed from this test's environment through
+a ``.pth`` line (installing them from the network would take minutes and tell nothing
+about our package). That environment's editable install of the checkout is not visible
+there: ``.pth`` files of a borrowed folder are not run.
 """
 
 from __future__ import annotations
