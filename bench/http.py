@@ -303,9 +303,7 @@ def start_langgraph(cli: str, workers: int, sessions: int, tmp: str) -> Subject 
 class Phase:
     rps: float
     p50_ms: float
-    #: the 99th percentile: where the writers wait (SQLite's busy handler sleeps; ours'
-    #: write lock queues them), the medians alone hide how long the slowest wait
-    p99_ms: float
+    p99_ms: float  # how the writers wait shows here (the module's docstring)
     errors: int
     split: tuple[int, ...] = ()  # the clients' connections held by each worker process
 
