@@ -19,6 +19,7 @@ import fcntl
 import functools
 import logging
 import os
+import re
 import select
 import sqlite3
 import struct
@@ -364,16 +365,76 @@ class Utf8Text:
         return Utf8Text(value) if type(value) is bytes else value
 
 
+class WriteMissed(Exception):  # noqa: N818 - says what happened, as peewee's DoesNotExist
+    """A write sent with ``one_row`` (:meth:`Prepared.send
+    <api.db.prepared.Prepared.send>`) matched no row, or several: its transaction is
+    lost, nothing of it is committed (the caller's ``write_transaction`` rolls it back)."""
+
+    def __init__(self, rowcount: int | None, detail: str = ""):
+        self.rowcount = rowcount
+        matched = "an unknown number of rows" if rowcount is None else f"{rowcount} rows"
+        super().__init__(f"a write that had to match one row matched {matched}{detail}")
+
+
+#: Postgres: what :func:`one_row_checked` makes the server say (its error's message begins
+#: with the marker) when the write matched another number of rows, and that error's SQLSTATE.
+ONE_ROW_MARKER = "agentcanvas: a write that had to match one row matched "
+ONE_ROW_SQLSTATE = "22P02"  # invalid_text_representation: see one_row_checked
+
+
+@functools.lru_cache(maxsize=64)
+def one_row_checked(sql: str) -> str:
+    """Postgres: the ``UPDATE`` or ``DELETE`` ``sql`` made one statement that answers one
+    row (``rowcount`` 1) where it matched exactly one row, and otherwise fails, failing
+    its transaction. The check is the server's, so the writes after it and the
+    ``COMMIT`` go in the same round trip: none of them waits for its count.
+
+    Plain SQL has no statement that raises an error of one's choosing, and a function
+    that would (PL/pgSQL's ``RAISE``) must be created first, which the distributed
+    engines of the family do not all allow (README, "Outgrowing one database server").
+    So the error is a cast of a text that is no number: the server's message quotes the
+    text, which says what happened (``... matched 0 rows``). The cast is evaluated only
+    in that branch, as it depends on the count."""
+    return (
+        f"WITH written AS ({sql} RETURNING 1) SELECT CASE WHEN count(*) = 1 THEN 1 "
+        f"ELSE ('{ONE_ROW_MARKER}' || count(*)::text || ' rows')::integer END FROM written"
+    )
+
+
+def _missed_on_server(exc: BaseException) -> WriteMissed | None:
+    """The :class:`WriteMissed` a Postgres error is, if it is :func:`one_row_checked`'s."""
+    if getattr(exc, "sqlstate", None) != ONE_ROW_SQLSTATE or ONE_ROW_MARKER not in str(exc):
+        return None
+    matched = re.search(re.escape(ONE_ROW_MARKER) + r"(\d+) rows", str(exc))
+    return WriteMissed(int(matched[1]) if matched else None)
+
+
 class Sent:
     """A write of the open transaction sent with the next statement (:meth:`Prepared.send
     <api.db.prepared.Prepared.send>`): its ``rowcount`` is known once the database has
-    answered; reading it before then asks for the answer (one round trip)."""
+    answered; reading it before then asks for the answer (one round trip).
 
-    __slots__ = ("_database", "_rowcount")
+    ``one_row``: the transaction must fail unless the write matched exactly one row
+    (:meth:`check`, where the client checks it; Postgres checks it on the server)."""
 
-    def __init__(self, database: Database | None, rowcount: int | None = None):
+    __slots__ = ("_database", "_rowcount", "one_row")
+
+    def __init__(self, database: Database | None, rowcount: int | None = None, one_row: bool = False):
         self._database = database
         self._rowcount = rowcount
+        self.one_row = one_row
+
+    @classmethod
+    def answered(cls, rowcount: int, one_row: bool) -> Sent:
+        """A write run at once, its count checked (:meth:`check`)."""
+        sent = cls(None, rowcount, one_row)
+        sent.check()
+        return sent
+
+    def check(self) -> None:
+        """Raise :class:`WriteMissed` if the write was to match one row and did not."""
+        if self.one_row and self._rowcount != 1:
+            raise WriteMissed(self._rowcount)
 
     @property
     def rowcount(self) -> int:
@@ -607,6 +668,9 @@ def _mysql_connection_class() -> type:
         galera = False
         #: statements of the open transaction to send with the next one: (packet, Sent)
         deferred: tuple = ()
+        #: whether one of them must match one row (``Sent.one_row``): they go, and are
+        #: checked, before another statement (:meth:`_send_ahead`)
+        must_match = False
         _ahead = b""
         #: the error of a failed check (set below)
         CheckFailed: type
@@ -776,7 +840,7 @@ def _mysql_connection_class() -> type:
             self.autocommit_wanted, self.began = False, False
 
         def end_lazily(self) -> None:
-            self.autocommit_wanted, self.began, self.deferred = True, False, ()
+            self.autocommit_wanted, self.began, self.deferred, self.must_match = True, False, (), False
 
         def bind(self, sql: str, params: tuple | list) -> bytes:
             """``sql`` with ``params`` escaped into it, as a cursor's ``mogrify`` does
@@ -826,11 +890,20 @@ def _mysql_connection_class() -> type:
             """Send ``sql`` (a write of the open transaction, its values bound and
             encoded: :meth:`bind`) with the next statement; its answer fills ``sent``."""
             self.deferred = (*self.deferred, (query(sql), sent))
+            self.must_match = self.must_match or sent.one_row
 
         def flush(self) -> None:
-            """Send the deferred statements now and read their answers: one round trip."""
-            if self.deferred:
+            """Send the deferred statements now and read their answers: one round trip.
+
+            Raises WriteMissed: one that had to match one row did not (every answer read:
+            the connection stays usable, for the ROLLBACK)."""
+            deferred = self.deferred
+            if deferred:
                 self._send_ahead(None)
+                if self.must_match:
+                    self.must_match = False
+                    for _, sent in deferred:
+                        sent.check()
 
         def _execute_command(self, command, sql):  # noqa: ANN001, ANN202 - pymysql's signature
             if command != COMMAND.COM_QUERY:
@@ -840,6 +913,11 @@ def _mysql_connection_class() -> type:
         def _send_ahead(self, sql) -> None:  # noqa: ANN001 - str or bytes, or None (the deferred alone)
             if not self._sock:
                 raise pymysql.err.InterfaceError(0, "")  # closed (as pymysql says it)
+            if self.must_match and sql is not None:
+                # A write before it must match one row: MySQL runs each statement sent
+                # ahead whatever the one before answered, so they go, and are checked,
+                # first (no statement after one that missed runs; COMMIT included).
+                self.flush()
             ahead, answers = [], []
             if self.unchecked:
                 if self.autocommit_wanted and sql is not None and not _may_follow_check(sql):
@@ -1043,14 +1121,17 @@ class ReconnectingPooledMySQLDatabase(
         else:
             conn.begin_lazily()
         conn.deferred = carried
+        conn.must_match = any(sent.one_row for _, sent in carried)
 
-    def defer(self, sql: str, params: tuple | list) -> Sent:
+    def defer(self, sql: str, params: tuple | list, one_row: bool = False) -> Sent:
         """Run the write ``sql`` as part of the open transaction, sent with the next
         statement (no round trip of its own); outside a transaction, now.
 
         Its answer is read with the next statement's, at the latest before ``COMMIT``
         (:meth:`flush_deferred`): an error of it is raised there, the transaction is
-        lost (the connection is closed, the server rolls it back).
+        lost (the connection is closed, the server rolls it back). ``one_row``: it
+        goes before the next statement instead, in a round trip of its own, and raises
+        :class:`WriteMissed` unless it matched one row.
 
         Only in a transaction begun with autocommit off (:meth:`begin` without Galera):
         one begun by ``BEGIN`` on a connection in autocommit mode (Galera, an isolation
@@ -1062,13 +1143,13 @@ class ReconnectingPooledMySQLDatabase(
         """
         conn = self._state.conn
         if conn is None or not self.in_transaction() or conn.autocommit_wanted:
-            return Sent(None, self.execute_sql(sql, params).rowcount)
+            return Sent.answered(self.execute_sql(sql, params).rowcount, one_row)
         with __exception_wrapper__:
             text = conn.bind(sql, params)
         if len(text) > _DEFERRED_MAX_BYTES:  # one packet each (pymysql splits larger ones)
             self.flush_deferred()
-            return Sent(None, self.execute_sql(sql, params).rowcount)
-        sent = Sent(self)
+            return Sent.answered(self.execute_sql(sql, params).rowcount, one_row)
+        sent = Sent(self, one_row=one_row)
         conn.defer(text, sent)
         return sent
 
@@ -1113,7 +1194,7 @@ class ReconnectingPooledMySQLDatabase(
     def rollback(self) -> None:
         conn = self._state.conn
         if conn is not None:
-            conn.deferred = ()  # never answered, so never applied
+            conn.deferred, conn.must_match = (), False  # never answered, so never applied
         if conn is None or conn._sock is None:  # noqa: SLF001 - pymysql has no public "closed"
             # The connection is gone, and the transaction with it. (Sending ROLLBACK
             # raised an InterfaceError (0, '') in place of the error that ended it.)
@@ -1183,65 +1264,80 @@ class ReconnectingPooledPostgresqlDatabase(
         self._state.begin_held = True
         return None
 
-    def defer(self, sql: str, params: tuple | list) -> Sent:
+    def defer(self, sql: str, params: tuple | list, one_row: bool = False) -> Sent:
         """Run the write ``sql`` as part of the open transaction, sent with the other writes
         deferred after it in one round trip (psycopg's pipeline mode) when its answer, or
         another statement, is wanted; outside a transaction (or where libpq has no
         pipeline mode), now.
 
         They go before the transaction's next statement (:meth:`execute_sql`), when a
-        ``Sent.rowcount`` is read, and at the latest before ``COMMIT``
-        (:meth:`flush_deferred`), after the held ``BEGIN`` if the transaction has sent
+        ``Sent.rowcount`` is read, and at the latest with ``COMMIT``, in the same round
+        trip (:meth:`commit`), after the held ``BEGIN`` if the transaction has sent
         nothing yet: an error of one is raised there and the transaction is lost, as if
-        it had been run at once. A turn's end (``BEGIN``, the session's ``UPDATE``, its
-        state, its messages) so costs one round trip instead of four.
+        it had been run at once. ``one_row``: the server fails the transaction unless
+        the write matched one row (:func:`one_row_checked`), raised as
+        :class:`WriteMissed`. A turn's end (``BEGIN``, the session's checked ``UPDATE``,
+        its state, its messages, ``COMMIT``) so costs one round trip instead of five.
         """
         conn = self._state.conn
         if conn is None or not self.in_transaction() or not _pipeline_supported():
-            return Sent(None, self.execute_sql(sql, params).rowcount)
+            return Sent.answered(self.execute_sql(sql, params).rowcount, one_row)
         held = getattr(self._state, "deferred", None)
         if held is None or held[0] is not conn:  # none yet, or of a connection since let go
             held = self._state.deferred = (conn, [])
-        sent = Sent(self)
-        held[1].append((sql, params, sent))
+        sent = Sent(self)  # checked by the server
+        held[1].append((one_row_checked(sql) if one_row else sql, params, sent))
         return sent
 
-    def flush_deferred(self) -> None:
+    def flush_deferred(self, commit: bool = False) -> bool:
         """Send the held ``BEGIN`` and the deferred writes now (if any), in one round trip,
-        and read their answers.
+        and read their answers; with ``commit``, the ``COMMIT`` too, if there was a
+        write to send. Whether the ``COMMIT`` went.
 
-        A connection found gone in that round trip, when it held the ``BEGIN``, lost
-        nothing answered: the transaction is sent again, whole, on a new connection (as
-        a ``BEGIN`` that failed is, :meth:`_SafeReconnectMixin.begin`)."""
+        A connection found gone in that round trip, when it held the ``BEGIN`` and no
+        ``COMMIT``, lost nothing answered: the transaction is sent again, whole, on a
+        new connection (as a ``BEGIN`` that failed is, :meth:`_SafeReconnectMixin.begin`).
+        With the ``COMMIT``, whether the server committed is not known: the error is
+        raised (a turn reads its outcome back, ``TurnService._outcome_after_failed_commit``)."""
         state = self._state
         held, begin = getattr(state, "deferred", None), getattr(state, "begin_held", False)
         if not held and not begin:
-            return
+            return False
         state.deferred, state.begin_held = None, False
         writes = held[1] if held and held[0] is state.conn else []  # else gone with their connection
         if not writes:
             if begin:
                 super().begin()  # on its own, before a statement that is not a sent write
-            return
+            return False
         try:
-            self._send_in_pipeline(begin, writes)
+            self._send_in_pipeline(begin, writes, commit)
         except (OperationalError, InterfaceError) as exc:
-            if not begin or not (self._connection_lost(exc) or cluster.node_unusable(exc)):
+            if commit or not begin or not (self._connection_lost(exc) or cluster.node_unusable(exc)):
                 raise
             self._leave_host(exc)
             self._reopen()
-            self._send_in_pipeline(begin, writes)
+            self._send_in_pipeline(begin, writes, commit)
+        return commit
 
-    def _send_in_pipeline(self, begin: bool, writes: list[tuple[str, Any, Sent]]) -> None:
+    def _send_in_pipeline(self, begin: bool, writes: list[tuple[str, Any, Sent]], commit: bool) -> None:
         conn = self._state.conn
         cursors = []
-        with __exception_wrapper__, conn.pipeline():
-            if begin:
-                conn.cursor().execute("BEGIN")
-            for sql, params, sent in writes:
-                cursor = conn.cursor()
-                cursor.execute(sql, params)
-                cursors.append((cursor, sent))
+        with __exception_wrapper__:
+            try:
+                with conn.pipeline():
+                    if begin:
+                        conn.cursor().execute("BEGIN")
+                    for sql, params, sent in writes:
+                        cursor = conn.cursor()
+                        cursor.execute(sql, params)
+                        cursors.append((cursor, sent))
+                    if commit:
+                        conn.cursor().execute("COMMIT")
+            except Exception as exc:
+                missed = _missed_on_server(exc)
+                if missed is not None:
+                    raise missed from exc
+                raise
         for cursor, sent in cursors:
             sent.rowcount = cursor.rowcount
 
@@ -1256,7 +1352,8 @@ class ReconnectingPooledPostgresqlDatabase(
         if getattr(state, "begin_held", False) and not getattr(state, "deferred", None):
             state.begin_held = False  # nothing of the transaction reached the server
             return None
-        self.flush_deferred()  # answered before COMMIT: a deferred write that failed is not committed past
+        if self.flush_deferred(commit=True):  # the writes and COMMIT in one round trip
+            return None  # (a write that fails fails the COMMIT after it: the server skips it)
         return super().commit()
 
     def rollback(self) -> None:

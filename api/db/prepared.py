@@ -139,21 +139,28 @@ class Prepared:
         database, sql, bind, _ = self._prepare()
         return database.execute_sql(sql, bind(named if values is None else values)).rowcount
 
-    def send(self, values: dict[str, Any] | None = None, /, **named: Any) -> Sent:
+    def send(self, values: dict[str, Any] | None = None, /, *, one_row: bool = False, **named: Any) -> Sent:
         """Run a write as part of the open transaction without waiting for its answer
         where the database allows it (MySQL: it goes with the transaction's next
         statement; Postgres: with the other writes sent after it, in one pipeline,
-        before the next statement; both at the latest before ``COMMIT``; on SQLite, and
-        outside a transaction, it runs now). For writes whose outcome the transaction need not
+        before the next statement or with the ``COMMIT``; on SQLite, and outside a
+        transaction, it runs now). For writes whose outcome the transaction need not
         know at once: their ``Sent.rowcount``, when read, waits for the answer. An error
         of the write is raised by a later statement or the ``COMMIT``, and the
         transaction is lost. The values as :meth:`execute` takes them.
+
+        ``one_row`` (an ``UPDATE`` or ``DELETE``, a version check's): the transaction
+        must not commit unless the write matched exactly one row. Where it did not,
+        :class:`~api.db.database.WriteMissed` is raised at the latest by the
+        ``COMMIT`` (on SQLite at once; on MySQL before the next statement; on Postgres
+        by the server, so the ``COMMIT`` need not wait for the count), and nothing of
+        the transaction is committed.
         """
         database, sql, bind, defer = self._prepare()
         params = bind(named if values is None else values)
         if defer is None:
-            return Sent(None, database.execute_sql(sql, params).rowcount)
-        return defer(sql, params)
+            return Sent.answered(database.execute_sql(sql, params).rowcount, one_row)
+        return defer(sql, params, one_row)
 
     def row(self, **values: Any) -> tuple | None:
         """Run a SELECT and return its first row as a tuple of the selected columns."""

@@ -68,7 +68,7 @@ from api import telemetry
 from api.config import canvas_limits
 from api.db import Agent, MessageLog, Session, SessionSnapshot, db, now_ms, update_mark, write_transaction
 from api.db.cluster import write_conflict
-from api.db.database import run_retrying, writer_in_line
+from api.db.database import WriteMissed, run_retrying, writer_in_line
 from api.db.prepared import Prepared, inserting, new_row
 from api.errors import ArgumentError, Busy, NotFound, TranscriptFull, is_outage
 from api.services import history, memories
@@ -1050,52 +1050,52 @@ class TurnService:
             save = _SAVE_FAILED_TURN if leased else _SAVE_FAILED_TURN_UNLEASED
         # Everything the writes need is made before the transaction: on SQLite it holds
         # the database's one write lock, which every other turn waits for meanwhile.
-        with write_transaction():
-            # The UPDATE, the new state and the messages: one round trip for the three on
-            # MySQL and Postgres (Prepared.send), answered when the UPDATE's count is read; if it
-            # matched nothing (the version moved: the slot may be another turn's now),
-            # the state and the messages are rolled back with the transaction.
-            if claim.new is not None:  # the session the first message makes
-                _insert_session(claim.new, send=True)
-            update = save.send(values)
-            _move_update_mark(claim.session_id, claim.update_mark, now)
-            if snapshot is not None:
-                history.WRITE_STATE.send(values)  # into the slot the UPDATE points the row at
-            if exchange is not None and not claim.rewound:
-                _APPEND_EXCHANGE.send(exchange)
-            matched = update.rowcount
-            if matched != 1:
-                if not leased:  # another turn holds the session, or wrote it since it was read
-                    raise _Stale(claim.session_id) if claim.unread else _busy(claim.session_id)
-                raise LeaseLost(
-                    f"session {claim.session_id!r} was taken over or deleted while the turn ran "
-                    f"(its lease of {self.lease_ms / 1000:g} s expired?)"
-                )
-            if snapshot is not None:
-                if claim.rewound:
-                    # Before this turn's messages are added: they are the new active branch.
-                    history.take_back_after(claim.session_id, claim.round, claim.slot)
-            if exchange is not None and claim.rewound:
-                _APPEND_EXCHANGE.execute(exchange)
-            if used_files:
-                # The session keeps the files it used until it is swept (api.services.files).
-                record_session_files(claim.session_id, used_files)
-            if snapshot is not None and canvas.memory_writes:
-                # Keyed memory is part of the turn: committed with it or not at all.
-                _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
-            saved_exchange, saved = None, []
-            if result.status == "succeeded" and canvas.memory_saves:
-                # RAGFlow's "save to memory" (a Message's memory_ids): the raw exchange now.
-                saved_exchange = {
-                    "agent_id": req.agent_id,
-                    "session_id": claim.session_id,
-                    "user_id": req.user_id or req.end_user or "",
-                    "user_input": req.query or "",
-                    "agent_response": result.answer,
-                }
-                saved = memories.save_exchange(
-                    req.tenant_id, canvas.memory_saves, saved_exchange, strict=False
-                )
+        try:
+            with write_transaction():
+                # The UPDATE, the new state and the messages: one round trip for the three
+                # on MySQL, with the COMMIT too on Postgres (Prepared.send). If the UPDATE
+                # matched nothing (the version moved: the slot may be another turn's now),
+                # the transaction fails (WriteMissed), the state and the messages with it.
+                if claim.new is not None:  # the session the first message makes
+                    _insert_session(claim.new, send=True)
+                save.send(values, one_row=True)
+                _move_update_mark(claim.session_id, claim.update_mark, now)
+                if snapshot is not None:
+                    history.WRITE_STATE.send(values)  # into the slot the UPDATE points the row at
+                if exchange is not None and not claim.rewound:
+                    _APPEND_EXCHANGE.send(exchange)
+                if snapshot is not None:
+                    if claim.rewound:
+                        # Before this turn's messages are added: they are the new active branch.
+                        history.take_back_after(claim.session_id, claim.round, claim.slot)
+                if exchange is not None and claim.rewound:
+                    _APPEND_EXCHANGE.execute(exchange)
+                if used_files:
+                    # The session keeps the files it used until it is swept (api.services.files).
+                    record_session_files(claim.session_id, used_files)
+                if snapshot is not None and canvas.memory_writes:
+                    # Keyed memory is part of the turn: committed with it or not at all.
+                    _memory_store(req).commit(canvas.memory_writes, claim.session_id, claim.round + 1)
+                saved_exchange, saved = None, []
+                if result.status == "succeeded" and canvas.memory_saves:
+                    # RAGFlow's "save to memory" (a Message's memory_ids): the raw exchange now.
+                    saved_exchange = {
+                        "agent_id": req.agent_id,
+                        "session_id": claim.session_id,
+                        "user_id": req.user_id or req.end_user or "",
+                        "user_input": req.query or "",
+                        "agent_response": result.answer,
+                    }
+                    saved = memories.save_exchange(
+                        req.tenant_id, canvas.memory_saves, saved_exchange, strict=False
+                    )
+        except WriteMissed:
+            if not leased:  # another turn holds the session, or wrote it since it was read
+                raise (_Stale(claim.session_id) if claim.unread else _busy(claim.session_id)) from None
+            raise LeaseLost(
+                f"session {claim.session_id!r} was taken over or deleted while the turn ran "
+                f"(its lease of {self.lease_ms / 1000:g} s expired?)"
+            ) from None
         claim.session_written()
         if saved:
             # What the Memories' LLMs extract comes after, outside the turn's latency.

@@ -28,7 +28,7 @@ from api.db import (
     setup_schema,
     write_transaction,
 )
-from api.db.database import _CHECKPOINTER, ensure_server_database, escape_mysql_text
+from api.db.database import _CHECKPOINTER, WriteMissed, ensure_server_database, escape_mysql_text
 from api.db.migrations import MIGRATIONS
 from api.db.prepared import Prepared
 from tests.api.conftest import Api, echo_dsl, make_token
@@ -125,6 +125,13 @@ def test_unreachable_server_is_explained(url: str):
 
 #: A tenant row, by id and name: the write the tests of ``Prepared.send`` send.
 _INSERT_TENANT = Prepared(lambda m: Tenant.insert(id=m("id"), name=m("name"), create_time=0))
+_RENAME_TENANT = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.name == m("old")))
+
+
+def names() -> list[str]:
+    """The tenants' names, sorted."""
+    return sorted(t.name for t in Tenant.select())
+
 
 # How to learn our connection's id, and how another connection ends it on the server.
 _KILL = {
@@ -178,9 +185,6 @@ def test_a_sqlite_write_transaction_commits_whole_or_not_at_all(tmp_path):
     is a savepoint that undoes only its own writes; after each, the connection is in no
     transaction and the write lock is free (another thread writes at once)."""
     init_database(f"sqlite:///{tmp_path / 'ac.db'}")
-
-    def names() -> list[str]:
-        return sorted(t.name for t in Tenant.select())
 
     def idle() -> bool:
         return not db.obj.in_transaction() and not db.connection().in_transaction
@@ -237,9 +241,6 @@ def test_a_transaction_commits_whole_or_not_at_all_and_holds_no_snapshot_after(s
     own, kill = _KILL[server]
     init_database(url)
     other = open_database(url)
-
-    def names() -> list[str]:
-        return sorted(t.name for t in Tenant.select())
 
     try:
         with db.connection_context():
@@ -389,15 +390,10 @@ def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_no
     (MySQL), with the writes after it in one pipeline (Postgres) or at once (SQLite);
     either way it commits with the transaction, its rowcount is known when asked, and a
     write that fails loses the transaction whole."""
-    insert = _INSERT_TENANT
-    rename = Prepared(lambda m: Tenant.update(name=m("new")).where(Tenant.name == m("old")))
+    insert, rename = _INSERT_TENANT, _RENAME_TENANT
     init_database(database_url)
     try:
         with db.connection_context():
-
-            def names() -> list[str]:
-                return sorted(t.name for t in Tenant.select())
-
             with write_transaction():
                 insert.send(id="a", name="one")
                 renamed = rename.send(old="one", new="two")
@@ -418,6 +414,48 @@ def test_writes_sent_with_the_next_statement_commit_with_their_transaction_or_no
 
             assert insert.send(id="h", name="eight").rowcount == 1  # outside a transaction: now
             assert names() == ["eight", "five", "four", "two"]
+            Tenant.delete().execute()
+    finally:
+        db.obj.close_all()
+
+
+def test_a_write_sent_to_match_one_row_commits_nothing_of_its_transaction_when_it_does_not(database_url):
+    """``Prepared.send(one_row=True)``, a turn's version-checked UPDATE: where it matched one
+    row the transaction commits; where it matched none or several, ``WriteMissed`` is
+    raised, by the COMMIT or before the next statement runs, and nothing of the
+    transaction is kept: not the writes before it, nor those after. (Postgres checks it
+    on the server, in the round trip that carries the COMMIT; MySQL before anything
+    after it is sent; SQLite at once.)"""
+    insert, rename = _INSERT_TENANT, _RENAME_TENANT
+    stamp_others = Prepared(lambda m: Tenant.update(create_time=m("t")).where(Tenant.name != m("name")))
+    init_database(database_url)
+    try:
+        with db.connection_context():
+            with write_transaction():
+                insert.send(id="a", name="one")
+            with write_transaction():
+                renamed = rename.send(old="one", new="two", one_row=True)
+                insert.send(id="b", name="three")
+            assert names() == ["three", "two"] and renamed.rowcount == 1
+
+            with pytest.raises(WriteMissed, match="matched 0 rows") as missed, write_transaction():
+                insert.send(id="c", name="four")
+                rename.send(old="nobody", new="five", one_row=True)
+                insert.send(id="d", name="six")
+            assert missed.value.rowcount == 0 and names() == ["three", "two"]
+
+            with pytest.raises(WriteMissed), write_transaction():
+                rename.send(old="nobody", new="seven", one_row=True)
+                Tenant.insert(id="e", name="eight", create_time=0).execute()  # not run
+            with pytest.raises(WriteMissed, match="matched 2 rows") as missed, write_transaction():
+                stamp_others.send(name="", t=9, one_row=True)  # both rows
+            assert missed.value.rowcount == 2 and names() == ["three", "two"]
+            assert {t.create_time for t in Tenant.select()} == {0}
+
+            # The connection goes on: the next transaction commits.
+            with write_transaction():
+                rename.send(old="two", new="ten", one_row=True)
+            assert names() == ["ten", "three"]
             Tenant.delete().execute()
     finally:
         db.obj.close_all()

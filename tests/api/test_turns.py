@@ -251,6 +251,43 @@ def test_a_first_message_whose_turn_is_not_saved_leaves_the_session_its_reply_na
         run(_ALLOW_POISON[backend])
 
 
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_connection_the_server_ends_in_a_turns_commit_is_answered_as_what_was_stored(api: Api, backend):
+    """Postgres takes a turn's writes and its COMMIT in one round trip, so when the server
+    ends the connection in it, the client cannot know whether the COMMIT applied. Here a
+    trigger ends its own backend (pg_terminate_backend, as an administrator or a restart
+    would) when the message log is given "die", on every try: the turn reads the session
+    back, answers "not saved" as stored, leaves the session as it was and free, and the
+    next turn is saved."""
+
+    def run(*statements: str) -> None:
+        with api.app.app_context():
+            for sql in statements:
+                db.execute_sql(sql)
+
+    agent_id = api.create_agent(echo_dsl())
+    session_id = api.create_session(agent_id)
+    assert api.ask(agent_id, session_id, "before").status_code == 200
+    run(
+        "CREATE FUNCTION end_on_die() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.content = 'die' THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; "
+        "RETURN NEW; END $$",
+        "CREATE TRIGGER end_on_die BEFORE INSERT ON message_log FOR EACH ROW EXECUTE FUNCTION end_on_die()",
+    )
+    try:
+        reply = api.ask(agent_id, session_id, "die")
+    finally:
+        run("DROP TRIGGER end_on_die ON message_log", "DROP FUNCTION end_on_die()")
+    assert reply.json["data"]["data"]["error_type"] == "TurnNotSaved", reply.json
+    assert "it was not saved" in reply.json["data"]["data"]["content"], reply.json
+    session = api.session(agent_id, session_id)
+    assert session["round"] == 1 and session["status"] == "idle"
+    assert [m["content"] for m in session["message"] if m["role"] == "user"] == ["before"]
+    again = api.ask(agent_id, session_id, "after")
+    assert again.status_code == 200 and again.json["data"]["data"]["content"] == "echo: after"
+    assert api.session(agent_id, session_id)["round"] == 2
+
+
 def test_tasks_are_found_without_an_index_on_task_id_after_migration_19(app_factory, database_url, caplog):
     """Migration 19 drops the index on session.task_id: a task id begins with its
     session's id, which finds it, and one made before (a form paused then, resumed
