@@ -1334,6 +1334,14 @@ class ReconnectingPooledPostgresqlDatabase(
                     if commit:
                         conn.cursor().execute("COMMIT")
             except Exception as exc:
+                # psycopg (3.3.9) holds a statement prepared once it has sent its Parse
+                # (the 5th time it runs, prepare_threshold); where an earlier statement
+                # of the pipeline failed, the server skipped that Parse, and every later
+                # use of the statement on this connection would fail ("prepared
+                # statement "_pg3_2" does not exist"). So this connection prepares
+                # nothing more, and is closed when given back (_can_reuse).
+                conn.prepare_threshold = None
+                _PREPARED_UNSURE.add(conn)
                 missed = _missed_on_server(exc)
                 if missed is not None:
                     raise missed from exc
@@ -1364,6 +1372,10 @@ class ReconnectingPooledPostgresqlDatabase(
             return None
         return super().rollback()
 
+    def _can_reuse(self, conn) -> bool:  # noqa: ANN001 - a psycopg connection
+        # Not one whose prepared statements psycopg may have wrong (_send_in_pipeline).
+        return conn not in _PREPARED_UNSURE and super()._can_reuse(conn)
+
     def _is_closed(self, conn) -> bool:  # noqa: ANN001 - a psycopg connection
         # peewee checks an idle pooled connection with SELECT 1, a round trip per
         # request. A connection the server ended (restart, crash, pg_terminate_backend)
@@ -1381,6 +1393,11 @@ class ReconnectingPooledPostgresqlDatabase(
         except Exception:  # noqa: BLE001 - no socket to look at (psycopg's OperationalError, OSError)
             return True
         return super()._is_closed(conn) if said_something else False
+
+
+#: Postgres connections whose prepared statements psycopg may have wrong, closed when
+#: given back to the pool (ReconnectingPooledPostgresqlDatabase._send_in_pipeline).
+_PREPARED_UNSURE: weakref.WeakSet = weakref.WeakSet()
 
 
 @functools.cache

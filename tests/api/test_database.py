@@ -461,6 +461,38 @@ def test_a_write_sent_to_match_one_row_commits_nothing_of_its_transaction_when_i
         db.obj.close_all()
 
 
+def test_checked_writes_that_miss_again_and_again_leave_the_connection_working(database_url):
+    """One connection, the same statements, a checked write missing every third time (a
+    busy session's turns): each transaction commits or is rolled back whole, and none
+    fails otherwise. (On Postgres, psycopg held a statement prepared whose Parse the
+    server had skipped, after the check failed the pipeline it was in; from then on each
+    use of it failed: 'prepared statement "_pg3_2" does not exist'.)"""
+    insert, rename = _INSERT_TENANT, _RENAME_TENANT
+    init_database(database_url)
+    try:
+        with db.connection_context():
+            insert.execute(id="first", name="v0")
+            kept, version = ["v0"], 0
+            for i in range(15):
+                missing = i % 3 == 0
+                try:
+                    with write_transaction():
+                        old = "nobody" if missing else f"v{version}"
+                        rename.send(old=old, new=f"v{version + 1}", one_row=True)
+                        insert.send(id=f"t{i}", name=f"n{i}")
+                except WriteMissed:
+                    assert missing, i
+                    continue
+                assert not missing, i
+                version += 1
+                kept[0] = f"v{version}"
+                kept.append(f"n{i}")
+            assert names() == sorted(kept) and len(kept) == 11
+            Tenant.delete().execute()
+    finally:
+        db.obj.close_all()
+
+
 def test_writes_sent_in_a_savepoint_that_is_rolled_back_are_undone_and_those_before_it_kept(database_url):
     """A write sent before a nested transaction is applied before it begins; one sent in it
     is undone with it when the nested part fails, though it had not been answered yet;
