@@ -370,10 +370,10 @@ class WriteMissed(Exception):  # noqa: N818 - says what happened, as peewee's Do
     <api.db.prepared.Prepared.send>`) matched no row, or several: its transaction is
     lost, nothing of it is committed (the caller's ``write_transaction`` rolls it back)."""
 
-    def __init__(self, rowcount: int | None, detail: str = ""):
+    def __init__(self, rowcount: int | None):
         self.rowcount = rowcount
         matched = "an unknown number of rows" if rowcount is None else f"{rowcount} rows"
-        super().__init__(f"a write that had to match one row matched {matched}{detail}")
+        super().__init__(f"a write that had to match one row matched {matched}")
 
 
 #: Postgres: what :func:`one_row_checked` makes the server say (its error's message begins
@@ -1129,9 +1129,10 @@ class ReconnectingPooledMySQLDatabase(
 
         Its answer is read with the next statement's, at the latest before ``COMMIT``
         (:meth:`flush_deferred`): an error of it is raised there, the transaction is
-        lost (the connection is closed, the server rolls it back). ``one_row``: it
-        goes before the next statement instead, in a round trip of its own, and raises
-        :class:`WriteMissed` unless it matched one row.
+        lost (the connection is closed, the server rolls it back). ``one_row``: the
+        deferred writes go before the next statement, in a round trip of their own,
+        and :class:`WriteMissed` is raised, the statement not sent, unless it matched
+        one row.
 
         Only in a transaction begun with autocommit off (:meth:`begin` without Galera):
         one begun by ``BEGIN`` on a connection in autocommit mode (Galera, an isolation
