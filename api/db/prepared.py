@@ -19,7 +19,7 @@ from typing import Any
 
 from peewee import AutoField, Cast, Model, Node, Query, Value
 
-from api.db.database import Sent, db, is_postgres, is_sqlite
+from api.db.database import Sent, WriteMissed, db, is_postgres, is_sqlite
 
 _MARK = "\x00agentcanvas:"
 _MARK_UTF8 = "\x00agentcanvas-utf8:"
@@ -158,8 +158,11 @@ class Prepared:
         """
         database, sql, bind, defer = self._prepare()
         params = bind(named if values is None else values)
-        if defer is None:
-            return Sent.answered(database.execute_sql(sql, params).rowcount, one_row)
+        if defer is None:  # SQLite: every turn's writes (Sent.answered, inlined)
+            rowcount = database.execute_sql(sql, params).rowcount
+            if one_row and rowcount != 1:
+                raise WriteMissed(rowcount)
+            return Sent(None, rowcount)
         return defer(sql, params, one_row)
 
     def row(self, **values: Any) -> tuple | None:
