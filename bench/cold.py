@@ -22,8 +22,8 @@ VM (150 rounds), under ``full`` it was 0.24 ms for ours, 0.19 for the floor + ca
 0.19 for the one-commit floor, whose few lines of Python could not account for it. Under
 ``normal``, where no commit syncs, the floor's was 0.09 ms. The other 0.10 came with its
 two synced commits: the kernel's sync path to reload, besides SQLite and the interpreter.
-A subject whose turn syncs pays that reload however lean its own code is. LangGraph's turn, with eleven synced
-commits, added 0.13 ms.
+A subject whose turn syncs pays that reload however lean its own code is. LangGraph's
+turn, with eleven synced commits, added 0.13 ms.
 
     .venv/bin/python bench/cold.py [--synchronous normal|full] [--rounds 150] [--sweep 64]
 """
