@@ -125,8 +125,8 @@ def test_turn_metrics_written_directly_read_as_prometheus_clients_own(internals:
 
 
 _FORKED_COUNTS = """
-import os, sys, tempfile
-folder = tempfile.mkdtemp()
+import os, sys
+folder = sys.argv[1]
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
 from api import telemetry
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
@@ -155,7 +155,11 @@ def test_under_gunicorn_a_forked_worker_counts_in_its_own_file(tmp_path):
 
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
-        [sys.executable, "-c", _FORKED_COUNTS], cwd=root, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _FORKED_COUNTS, str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert 'agentcanvas_canvas_cache_total{outcome="hit"} 7.0' in out
     *_, last = out.strip().splitlines()
