@@ -40,7 +40,10 @@ commit, which LangGraph's checkpointer gets unless told otherwise; ours gets it 
 would, ``?synchronous=full`` on its database URL). Interleaved, ours' background checkpoint
 runs while the other subjects play, so its WAL starts over as on an idle server; a server
 under steady writes relies on the checkpoint being finished under the write lock instead
-(api.db.database._Checkpointer):
+(api.db.database._Checkpointer). Where FULL runs, the report starts with this machine's
+sync latency (:func:`sync_latency`): on a virtual machine a commit's sync can cost ten
+times more after a stretch of CPU work than back to back, a wait in FULL's wall figures
+that is the host's, not any subject's.
 
 * **ours**: the turn service (read, canvas, one commit per request: the intake form's
   components are all side-effect-free, so no lease is taken), HTTP excluded
@@ -336,6 +339,39 @@ def play(
     return times
 
 
+def sync_latency(folder: str, syncs: int = 200) -> list[tuple[float, tuple[float, float, float]]]:
+    """This machine's ``fdatasync`` of a commit's worth of WAL frames (4 pages, each
+    with its 24-byte header, appended as SQLite writes them), back to back and after
+    0.3 and 1 ms of CPU work: ``[(work seconds, quartiles of the sync in seconds)]``.
+
+    Under ``synchronous=FULL`` every commit waits for one. On a virtual machine a CPU
+    left idle during the wait may be woken late when the disk answers, and the longer
+    the CPU worked since its last wait, the later: on one 2-core KVM guest a sync took
+    0.10 ms back to back and 1.0-1.3 ms after 1 ms of work, whatever wrote the file.
+    Each turn's wall figure under FULL carries that wait once per commit, the CPU
+    figure does not; the probe prints how much of it this machine adds."""
+    path = os.path.join(folder, "sync-probe")
+    frame = b"\0" * 24 + os.urandom(4096)
+    found = []
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for work in (0.0, 0.0003, 0.001):
+            took = []
+            for _ in range(syncs):
+                os.write(fd, frame * 4)
+                start = time.perf_counter()
+                os.fdatasync(fd)
+                took.append(time.perf_counter() - start)
+                until = time.perf_counter() + work
+                while time.perf_counter() < until:  # busy: the CPU does not go idle
+                    pass
+            found.append((work, quartiles(took)))
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return found
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4)
     return q1, statistics.median(values), q3
@@ -523,6 +559,13 @@ def main() -> int:
                 for subjects in instances.values():
                     for subject in subjects.values():
                         subject.close()
+        if any(sync.lower() != "normal" for sync in args.durability.split(",")):
+            print(
+                "\nthis machine's fdatasync of a commit's WAL frames (4 pages), median [25th–75th percentile]:"
+            )
+            for work, (q1, q2, q3) in sync_latency(tmp):
+                after_work = f"after {work * 1000:g} ms of CPU work" if work else "back to back"
+                print(f"  {after_work:<28}{q2 * 1000:.2f} ms [{q1 * 1000:.2f}–{q3 * 1000:.2f}]")
         for group, times, after in results:
             for clock, by_clock in times.items():
                 report(group, by_clock, points, clock)
