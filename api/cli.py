@@ -214,7 +214,7 @@ def run_gunicorn(
                 "bind": f"{host}:{port}",
                 "workers": workers,
                 "threads": threads,
-                "worker_class": connection_balance.BalancedThreadWorker if board else "gthread",
+                "worker_class": connection_balance.BalancedThreadWorker,
                 # Turns may stream for minutes; the worker heartbeat is separate.
                 "timeout": max(120, int(float(max_seconds)) + 60),
                 "graceful_timeout": 30,

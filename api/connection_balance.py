@@ -55,6 +55,8 @@ from typing import Any, NamedTuple
 
 from gunicorn.workers.gthread import ThreadWorker
 
+from api.thread_pool import LastIdleThreadPool
+
 # The hooks used here (an accept switch, set_accept_enabled, and the count nr_conns) are
 # those of gthread's loop in gunicorn 27, which setup.cfg pins.
 # A worker's loop turns at least once a second (its poller waits 1 s at most).
@@ -156,15 +158,21 @@ class ConnectionBoard:
 
 
 class BalancedThreadWorker(ThreadWorker):
-    """gunicorn's gthread worker that leaves new connections to a worker holding fewer.
+    """gunicorn's gthread worker that leaves new connections to a worker holding fewer,
+    and gives each request to the request thread that went idle last
+    (:class:`api.thread_pool.LastIdleThreadPool`).
 
     The master's ``pre_fork`` hook (``ConnectionBoard.seat``) sets ``board`` and
-    ``board_seat``; without them it is gthread's worker unchanged.
+    ``board_seat``; without them (one worker) connections are accepted as gthread does.
     """
 
     board: ConnectionBoard | None = None
     board_seat: int | None = None
     _yielding = False
+
+    def get_thread_pool(self) -> LastIdleThreadPool:
+        """gunicorn's hook for the pool its requests run in."""
+        return LastIdleThreadPool(self.cfg.threads)
 
     def run(self) -> None:
         if self.board is not None:

@@ -1,16 +1,17 @@
-"""A WSGI app that answers with the pid of the worker that served it, served by
-``api.cli.run_gunicorn`` as ``agentcanvas serve`` is, for tests of how connections
-spread over the workers.
+"""A WSGI app that answers with the pid of the worker and the thread that served it,
+served by ``api.cli.run_gunicorn`` as ``agentcanvas serve`` is, for tests of how
+connections spread over the workers and requests over their threads.
 
     python -m tests.pid_server PORT WORKERS THREADS
 
-``GET /`` answers ``pid <n>`` after ``PID_SERVER_HOLD`` seconds (default 0), kept alive.
+``GET /`` answers ``pid <n> thread <native thread id>`` after ``PID_SERVER_HOLD`` seconds (default 0), kept alive.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 
@@ -20,7 +21,7 @@ def make_app():  # noqa: ANN201 - a WSGI callable
     def app(_environ, start_response):  # noqa: ANN001, ANN202 - the WSGI signature
         if hold:
             time.sleep(hold)
-        body = f"pid {os.getpid()}".encode()
+        body = f"pid {os.getpid()} thread {threading.get_native_id()}".encode()
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
         return [body]
 

@@ -1,5 +1,6 @@
 """How a real gunicorn server (``api.cli.run_gunicorn``, as ``agentcanvas serve``) spreads
-keep-alive connections over its workers: each reply names the worker that served it."""
+keep-alive connections over its workers, and requests over a worker's threads: each reply
+names the worker and the thread that served it."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def _served_by(port: int, clients: int) -> list[str]:
             head, body = _read_reply(s)
             assert head.startswith(b"HTTP/1.1 200"), head
             assert b"connection: close" not in head.lower(), head  # kept alive
-            pids.append(body.removeprefix(b"pid ").decode())
+            pids.append(body.split()[1].decode())
         return pids
     finally:
         for s in socks:
@@ -117,3 +118,26 @@ def test_clients_are_served_after_a_worker_is_killed(pid_server):
     # passed over; clients connecting meanwhile wait, then are served.
     pids = _served_by(port, 16)
     assert len(pids) == 16 and victim not in pids
+
+
+def test_a_lone_client_is_served_by_the_thread_that_went_idle_last(pid_server):
+    # api/thread_pool.py. All 8 threads of the one worker started (8 requests held at
+    # once), then one client's requests one after the other: the stdlib's pool gave
+    # them to the thread idle longest, going round all 8 (each with its own database
+    # connection, its cache made stale by the others' writes); this pool, to the last.
+    port = pid_server(workers=1, threads=8, hold=0.05)
+    socks = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(8)]
+    try:
+        for s in socks:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+        started = {_read_reply(s)[1].split()[3] for s in socks}
+        assert len(started) == 8, started  # the threads that will be idle
+        lone = socks[0]
+        served = collections.Counter()
+        for _ in range(16):
+            lone.sendall(b"GET / HTTP/1.1\r\nHost: test\r\n\r\n")
+            served[_read_reply(lone)[1].split()[3]] += 1
+    finally:
+        for s in socks:
+            s.close()
+    assert served.most_common(1)[0][1] >= 14, served
