@@ -8,17 +8,22 @@ has its own database connection, and an SQLite connection drops its page cache w
 another connection has written since its last transaction, so each of those requests
 found a connection whose cache the seven others had made stale, and code and data
 warmed by the request before sat with another thread. Measured side by side over HTTP
-(1 keep-alive client, SQLite, 1 worker x 8 threads, the intake form's turn, 12 rounds):
-with :class:`LastIdleThreadPool` the worker's CPU time per request was 12% lower than
-with the stdlib's pool (median of the paired rounds; the app's own part 10-18%), about
-what one thread alone gave; requests per second rose only 2%, within the noise of a
-shared virtual machine. The floor app of ``bench/http.py``, which reads and writes fewer
-pages, changed little.
+(1 keep-alive client, SQLite, 1 worker x 8 threads, the intake form's turn; two runs of
+10 and 12 paired rounds): with :class:`LastIdleThreadPool` the worker's CPU time per
+request was 10-12% lower than with the stdlib's pool (median of the paired ratios; the
+app's own part 13%), about what one thread alone gave. Requests per second did not
+follow (-3% and +2%, within the noise of a shared virtual machine): at one client the
+saved time was not all on the request's path. The floor app of ``bench/http.py``, which
+reads and writes fewer pages, changed little.
 
 :class:`LastIdleThreadPool` keeps its idle threads on a stack and gives a request to the
-one on top, the last to finish; under load, when no thread is idle, requests wait in
-order of arrival (first come, first served) as before. It starts threads only as
-needed, up to ``max_workers``, as the stdlib's pool does, and behaves as it does
+one on top, the last to finish. A thread goes back on the stack before it marks its
+work's future done: gunicorn's callback on that future is what leads to the client's
+next request being read, which so finds the thread that served the last one on top
+(marked done first, under load the next request often went to another). When no
+thread is idle, requests wait in order of arrival (first come, first served) as before.
+It starts threads only as needed, up to ``max_workers``, as the stdlib's pool does, and
+behaves as it does
 otherwise: a future per call, cancelled futures skipped, :meth:`shutdown` (``wait``,
 ``cancel_futures``) letting running and waiting work finish unless cancelled. Its
 threads are not daemons: a worker that exits lets its running turns commit
@@ -85,24 +90,33 @@ class LastIdleThreadPool(futures.Executor):
     def _serve(self, seat: _Seat, work: tuple | None) -> None:
         while work is not None:
             future, fn, args, kwargs = work
-            work = None
+            result = error = None
             if future.set_running_or_notify_cancel():
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # noqa: BLE001 - handed to the future, as the stdlib pool does
-                    future.set_exception(exc)
-                else:
-                    future.set_result(result)
-            del future, fn, args, kwargs  # nothing of the finished work kept while idle
+                    error = exc
+            else:
+                future = None  # cancelled: nothing to report
+            del fn, args, kwargs  # nothing of the finished work kept while idle
+            # Back on the idle stack (or on to waiting work) before the future is done:
+            # its callbacks may lead to the next request (gunicorn's hands the connection
+            # back to its loop, which reads the client's next request), which then finds
+            # this thread on top.
             with self._lock:
-                if self._waiting:
-                    work = self._waiting.popleft()
-                    continue
-                if self._shut:
-                    return
-                self._idle.append(seat)
-            seat.wake.acquire()
-            work, seat.work = seat.work, None  # None: shut down
+                work = self._waiting.popleft() if self._waiting else None
+                idle = work is None and not self._shut
+                if idle:
+                    self._idle.append(seat)
+            if future is not None:
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
+            del future, result, error
+            if idle:
+                seat.wake.acquire()
+                work, seat.work = seat.work, None  # None: shut down
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:

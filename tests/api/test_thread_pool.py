@@ -42,6 +42,38 @@ def test_work_goes_to_the_thread_that_went_idle_last():
         pool.shutdown()
 
 
+def test_work_handed_out_by_a_done_callback_goes_to_the_thread_that_finished():
+    # gunicorn's way: a request's future, once done, hands its connection back to the
+    # loop, which reads the client's next request and submits it. The thread that
+    # finished must be idle by then, on top of the stack.
+    pool = LastIdleThreadPool(4)
+    try:
+        go, held = _hold_all(pool, 4)
+        go.set()
+        for f in held:
+            f.result(30)
+        time.sleep(0.1)
+        ran_on: list[int] = []
+        last = threading.Event()
+
+        def step(n: int) -> int:
+            ran_on.append(threading.get_ident())
+            return n
+
+        def then(done: futures.Future) -> None:
+            n = done.result()
+            if n < 10:
+                pool.submit(step, n + 1).add_done_callback(then)
+            else:
+                last.set()
+
+        pool.submit(step, 0).add_done_callback(then)
+        assert last.wait(30)
+        assert len(ran_on) == 11 and len(set(ran_on)) == 1, ran_on
+    finally:
+        pool.shutdown()
+
+
 def test_no_more_threads_than_asked_and_waiting_work_runs_in_order_of_arrival():
     pool = LastIdleThreadPool(2)
     try:
