@@ -23,21 +23,47 @@ next request being read, which so finds the thread that served the last one on t
 (marked done first, under load the next request often went to another). When no
 thread is idle, requests wait in order of arrival (first come, first served) as before.
 It starts threads only as needed, up to ``max_workers``, as the stdlib's pool does, and
-behaves as it does
-otherwise: a future per call, cancelled futures skipped, :meth:`shutdown` (``wait``,
-``cancel_futures``) letting running and waiting work finish unless cancelled. Its
-threads are not daemons: a worker that exits lets its running turns commit
-(``api/services/turns.py``). gunicorn builds it through ``ThreadWorker.get_thread_pool``,
-the hook it documents for this (:class:`api.connection_balance.BalancedThreadWorker`).
+behaves as it does otherwise: a future per call, cancelled futures skipped,
+:meth:`shutdown` (``wait``, ``cancel_futures``) letting running and waiting work finish
+unless cancelled. Its threads are not daemons: a worker that exits lets its running
+turns commit (``api/services/turns.py``); its idle threads end as the interpreter exits,
+even without a shutdown (:func:`_at_exit`). gunicorn builds it through
+``ThreadWorker.get_thread_pool``, the hook it documents for this
+(:class:`api.connection_balance.BalancedThreadWorker`).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
+
+#: Every pool of this process, shut down as the interpreter exits (:func:`_at_exit`).
+_POOLS: weakref.WeakSet[LastIdleThreadPool] = weakref.WeakSet()
+
+
+def _at_exit() -> None:
+    """Let the idle threads of every pool end as the interpreter exits.
+
+    Its threads are not daemons, and the interpreter waits for those before it exits: an
+    idle thread would wait for work for ever, and so would the process, when it exits
+    without a :meth:`LastIdleThreadPool.shutdown` (gunicorn's worker does not call it on
+    every way out: an abort raises ``SystemExit`` through its loop). Run where the
+    stdlib's pool runs its own: before the interpreter waits for the threads
+    (``threading._register_atexit``, as ``concurrent.futures.thread`` does); running work
+    still finishes, as it does there.
+    """
+    for pool in list(_POOLS):
+        pool.shutdown(wait=False)
+
+
+# A private hook, the one concurrent.futures uses for the same; atexit (which runs only
+# after the threads are waited for) where an interpreter lacks it.
+getattr(threading, "_register_atexit", atexit.register)(_at_exit)
 
 
 class _Seat:
@@ -64,6 +90,7 @@ class LastIdleThreadPool(futures.Executor):
         self._waiting: collections.deque[tuple] = collections.deque()  # no thread was idle
         self._threads: list[threading.Thread] = []
         self._shut = False
+        _POOLS.add(self)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future:
         future: futures.Future = futures.Future()
@@ -81,8 +108,8 @@ class LastIdleThreadPool(futures.Executor):
                     args=(_Seat(), work),
                     name=f"{self._prefix}-{len(self._threads)}",
                 )
-                self._threads.append(thread)
                 thread.start()
+                self._threads.append(thread)
             else:
                 self._waiting.append(work)
         return future

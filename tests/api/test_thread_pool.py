@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
@@ -11,6 +13,7 @@ from concurrent import futures
 import pytest
 
 from api.thread_pool import LastIdleThreadPool
+from tests.api.conftest import ROOT
 
 
 def _hold_all(pool: LastIdleThreadPool, n: int) -> tuple[threading.Event, list[futures.Future]]:
@@ -159,3 +162,21 @@ def test_idle_threads_end_at_shutdown():
 def test_max_workers_must_be_positive():
     with pytest.raises(ValueError, match="max_workers"):
         LastIdleThreadPool(0)
+
+
+def test_a_process_that_never_shuts_its_pool_down_exits_once_running_work_is_done(tmp_path):
+    # Its threads are not daemons (running turns commit before a worker exits), so
+    # without the exit hook an idle one kept the process waiting for ever.
+    done = tmp_path / "done"
+    script = (
+        "import time\n"
+        "from api.thread_pool import LastIdleThreadPool\n"
+        "pool = LastIdleThreadPool(3)\n"
+        "assert pool.submit(lambda: 42).result(30) == 42\n"
+        f"pool.submit(lambda: (time.sleep(0.3), open({str(done)!r}, 'w').close()))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert done.exists()  # the work running at exit finished first
