@@ -345,9 +345,10 @@ def sync_latency(folder: str, syncs: int = 200) -> list[tuple[float, tuple[float
     0.3 and 1 ms of CPU work: ``[(work seconds, quartiles of the sync in seconds)]``.
 
     Under ``synchronous=FULL`` every commit waits for one. On a virtual machine a CPU
-    left idle during the wait may be woken late when the disk answers, and the longer
-    the CPU worked since its last wait, the later: on one 2-core KVM guest a sync took
-    0.10 ms back to back and 1.0-1.3 ms after 1 ms of work, whatever wrote the file.
+    left idle during the wait may be woken late when the disk answers, where it had
+    worked a while since its last wait: on one 2-core KVM guest a sync took 0.07-0.10 ms
+    back to back, 0.13-0.97 ms (median) after 0.3 ms of work and 0.7-1.3 ms after 1 ms,
+    whatever wrote the file (with its other CPU kept busy, 0.07 ms after 1 ms).
     Each turn's wall figure under FULL carries that wait once per commit, the CPU
     figure does not; the probe prints how much of it this machine adds."""
     path = os.path.join(folder, "sync-probe")
