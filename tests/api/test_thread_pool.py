@@ -31,14 +31,22 @@ def _hold_all(pool: LastIdleThreadPool, n: int) -> tuple[threading.Event, list[f
     return go, held_futures
 
 
+def _idle_threads(pool: LastIdleThreadPool, n: int) -> set[int]:
+    """``n`` threads started (``n`` pieces of work held at once) and all back idle; their idents."""
+    go, held = _hold_all(pool, n)
+    go.set()
+    ended = {f.result(30) for f in held}
+    deadline = time.monotonic() + 30
+    while len(pool._idle) < n and time.monotonic() < deadline:  # a thread is idle before its future is done
+        time.sleep(0.01)
+    assert len(pool._idle) == n
+    return ended
+
+
 def test_work_goes_to_the_thread_that_went_idle_last():
     pool = LastIdleThreadPool(4)
     try:
-        go, held = _hold_all(pool, 4)
-        go.set()
-        ended = [f.result(30) for f in held]
-        assert len(set(ended)) == 4
-        time.sleep(0.1)  # every thread back on the idle stack
+        assert len(_idle_threads(pool, 4)) == 4
         served = {pool.submit(threading.get_ident).result(30) for _ in range(20)}
         assert len(served) == 1, served  # the stdlib's pool: all 4 in turn
     finally:
@@ -51,11 +59,7 @@ def test_work_handed_out_by_a_done_callback_goes_to_the_thread_that_finished():
     # finished must be idle by then, on top of the stack.
     pool = LastIdleThreadPool(4)
     try:
-        go, held = _hold_all(pool, 4)
-        go.set()
-        for f in held:
-            f.result(30)
-        time.sleep(0.1)
+        _idle_threads(pool, 4)
         ran_on: list[int] = []
         last = threading.Event()
 
@@ -151,10 +155,7 @@ def test_shutdown_can_cancel_waiting_work():
 
 def test_idle_threads_end_at_shutdown():
     pool = LastIdleThreadPool(3)
-    go, held = _hold_all(pool, 3)
-    go.set()
-    for f in held:
-        f.result(30)
+    _idle_threads(pool, 3)
     pool.shutdown(wait=True)
     assert not any(t.is_alive() for t in pool._threads)
 
