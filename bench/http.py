@@ -9,6 +9,11 @@ measurement and served with the same gunicorn settings (``--workers``/``--thread
 * **floor**: ``bench/floor_app.py``, a bare Flask app doing one equivalent database
   transaction per request (read the 6 KB snapshot row, parse it, write it back with
   a version check, append two message rows) with the same driver;
+* **floor+canvas** (``--floor-canvas``): the floor app with the intake canvas run in
+  that transaction the plain way (``floor_app.py --canvas``: the snapshot loaded, the
+  question or the form's answers run, the canvas dumped; no token, no cache of loaded
+  canvases, no logs or metrics): a bare Flask service running this canvas. ours/floor
+  counts the canvas's own run against ours; ours/floor+canvas does not;
 * **langgraph**: ``langgraph dev`` running the same greet → interrupt → reply graph,
   where ``langgraph-cli[inmem]`` is installed: not in the ``bench`` extra, as its
   ``langgraph-api`` pins ``jsonschema-rs`` below what the ``test`` extra's schemathesis
@@ -33,6 +38,7 @@ and puts others to sleep; ours in the write lock's queue, one after the other).
 
     .venv/bin/python bench/http.py [--clients 1,4,16,64] [--rounds 5] [--seconds 3] [--no-mysql]
     .venv/bin/python bench/http.py --uncached  # also ours with the canvas cache off
+    .venv/bin/python bench/http.py --floor-canvas  # also the floor running the canvas
     .venv/bin/python bench/http.py --langgraph /tmp/lg/bin/langgraph  # langgraph-cli[inmem] in a venv of its own
     .venv/bin/python bench/http.py --check     # CI: fail if ours/floor > 2x the recorded ratio
     .venv/bin/python bench/http.py --record    # measure and write bench/http_baseline.json
@@ -218,19 +224,23 @@ def start_ours(
     return subject
 
 
-def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -> Subject:
+def start_floor(
+    url: str, workers: int, threads: int, sessions: int, tmp: str, canvas: bool = False
+) -> Subject:
+    """The floor app (``--canvas``: **floor+canvas**) on ``url``, its ``sessions`` rows made."""
     from agent.canvas import Canvas
 
-    canvas = Canvas(intake_dsl())
-    canvas.reset()
-    seed = os.path.join(tmp, "floor-seed.json")
+    name = "floor+canvas" if canvas else "floor"
+    snapshot = Canvas(intake_dsl())
+    snapshot.reset()
+    seed = os.path.join(tmp, f"{name}-seed-{uuid.uuid4().hex[:6]}.json")
     with open(seed, "w", encoding="utf-8") as fh:
-        fh.write(str(canvas))
+        fh.write(str(snapshot))
     script = os.path.join(BENCH, "support", "floor_app.py")
     subprocess.run(
         [sys.executable, script, "--db", url, "--seed", seed, "--sessions", str(sessions)], check=True
     )
-    subject = Subject("floor", free_port())
+    subject = Subject(name, free_port())
     subject.proc = subprocess.Popen(
         [
             sys.executable,
@@ -243,6 +253,7 @@ def start_floor(url: str, workers: int, threads: int, sessions: int, tmp: str) -
             str(workers),
             "--threads",
             str(threads),
+            *(["--canvas"] if canvas else []),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -460,6 +471,15 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
                     if args.uncached
                     else []
                 )
+                + (
+                    [
+                        pool.submit(
+                            start_floor, url_for("floorc"), args.workers, args.threads, sessions, tmp, True
+                        )
+                    ]
+                    if args.floor_canvas
+                    else []
+                )
                 for backend, url_for in backends
             }
             lg_future = (
@@ -510,7 +530,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
         f"{args.seconds:g} s per cell, interleaved; median [min–max] over rounds"
     )
     print(
-        f"{'backend':<9}{'clients':>8}  {'subject':<10}{'requests/s':>22}{'p50 ms':>24}{'p99 ms':>26}{'errors':>8}"
+        f"{'backend':<9}{'clients':>8}  {'subject':<13}{'requests/s':>22}{'p50 ms':>24}{'p99 ms':>26}{'errors':>8}"
         "  connections per worker, each round"
     )
     for backend, group in subjects.items():
@@ -518,7 +538,7 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
             for subject in group:
                 phases = results[(backend, subject.name, level)]
                 print(
-                    f"{backend:<9}{level:>8}  {subject.name:<10}{spread([p.rps for p in phases]):>22}"
+                    f"{backend:<9}{level:>8}  {subject.name:<13}{spread([p.rps for p in phases]):>22}"
                     f"{spread([p.p50_ms for p in phases], '{:.2f}'):>24}"
                     f"{spread([p.p99_ms for p in phases], '{:.2f}'):>26}{sum(p.errors for p in phases):>8}"
                     f"  {' '.join('/'.join(map(str, p.split)) for p in phases)}"
@@ -532,6 +552,10 @@ def run(args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
             per_round = [f.rps / o.rps if o.rps else float("inf") for o, f in zip(ours, floor, strict=True)]
             ratios.setdefault(backend, {})[level] = per_round
             line = f"  {backend:<8}{level:>3} clients  ours/floor {spread(per_round, '{:.2f}')}"
+            if "floor+canvas" in names:
+                fc = results[(backend, "floor+canvas", level)]
+                vs = [c.rps / o.rps if o.rps else float("inf") for o, c in zip(ours, fc, strict=True)]
+                line += f"   ours/floor+canvas {spread(vs, '{:.2f}')}"
             if "uncached" in names:
                 off = results[(backend, "uncached", level)]
                 vs = [o.rps / u.rps if u.rps else float("inf") for o, u in zip(ours, off, strict=True)]
@@ -612,12 +636,18 @@ def main() -> int:
     parser.add_argument(
         "--uncached", action="store_true", help="also measure ours with the canvas cache off ('uncached')"
     )
+    parser.add_argument(
+        "--floor-canvas",
+        action="store_true",
+        help="also measure the floor with the canvas run in its transaction ('floor+canvas')",
+    )
     parser.add_argument("--check", action="store_true", help="short run; fail if ours/floor > 2x the record")
     parser.add_argument("--record", action="store_true", help="write the measured ratios as the record")
     args = parser.parse_args()
     if args.check or args.record:  # the record is taken the way the check measures
         args.clients, args.rounds, args.seconds, args.warmup = "1,16", 3, 1.5, 0.3
         args.no_mysql = args.no_postgres = args.no_langgraph = True
+        args.floor_canvas = False
     ratios = run(args)
     if args.check or args.record:
         return check(ratios, args.record)

@@ -206,33 +206,22 @@ class Floor:
 class FloorCanvas(Floor):
     """The floor's transaction, one commit a request, with a real canvas run in it: the
     snapshot loaded (``Canvas(text)``), the request's query or form answers run, the
-    canvas dumped and written back. No service around it (no cache of loaded canvases,
-    no kept states, no telemetry): the least a turn running this canvas can cost."""
+    canvas dumped and written back (:func:`support.floor_app.canvas_turn`). No service
+    around it (no cache of loaded canvases, no kept states, no telemetry): the least a
+    turn running this canvas can cost."""
 
     def __init__(self, url: str, synchronous: str = "normal"):
         super().__init__(url, False, synchronous)
-        from agent.canvas import Canvas
+        from floor_app import canvas_turn
 
-        self.canvas = Canvas
-
-    def _run(self, body: dict):  # noqa: ANN202 - the store's run callback
-        def run(text: str) -> tuple[str, str]:
-            canvas = self.canvas(text)
-            answer = ""
-            for event in canvas.run(trace=False, **body):
-                if event["event"] == "message_end":
-                    answer = event["data"]["content"]
-            assert answer or canvas.pending_form() is not None, "the form neither paused nor answered"
-            return canvas.dump(), answer
-
-        return run
+        self.canvas_turn = canvas_turn
 
     def turn(self, i: int, session_id: str = "s0") -> None:
         for user, body in (
             (f"sign me up {i}", {"query": f"sign me up {i}"}),
             (json.dumps(ANSWERS), {"inputs": ANSWERS}),
         ):
-            assert self.store.turn(session_id, user, "", run=self._run(body)) > 0
+            assert self.store.turn(session_id, user, "", run=self.canvas_turn(body)) > 0
 
 
 # ---------------------------------------------------------------- LangGraph

@@ -8,7 +8,13 @@ it back where the version still matches, append two message rows, commit.
 :class:`Store` is also the in-process floor of ``bench/turns.py``, there with one
 or two commits per request (the second variant first takes a lease, as we do).
 
-    python bench/support/floor_app.py --db URL --port P [--workers N] [--threads N]
+With ``--canvas`` (bench/http.py's **floor+canvas**) the same transaction runs a real
+canvas in place of the history append (:func:`canvas_turn`): the snapshot loaded, the
+request's question or form answers run, the canvas dumped and written back. No service
+around it (no token, no cache of loaded canvases, no logs or metrics): a bare Flask
+service running the canvas the plain way.
+
+    python bench/support/floor_app.py --db URL --port P [--workers N] [--threads N] [--canvas]
     python bench/support/floor_app.py --db URL --seed SNAPSHOT_FILE --sessions N   # make the rows
 """
 
@@ -28,6 +34,8 @@ from urllib.parse import urlparse  # noqa: E402
 
 import orjson  # noqa: E402
 from flask import Flask, jsonify, request  # noqa: E402
+
+from agent.canvas import Canvas  # noqa: E402
 
 SCHEMA = (
     "CREATE TABLE floor_session (id VARCHAR(32) PRIMARY KEY, snapshot LONGTEXT NOT NULL, version BIGINT NOT NULL, "
@@ -165,18 +173,52 @@ class Store:
             raise
 
 
-def make_app(url: str) -> Flask:
+def canvas_turn(body: dict) -> Callable[[str], tuple[str, str]]:
+    """:meth:`Store.turn`'s ``run`` for one run of a real canvas: ``Canvas(text)``, run with
+    ``body`` (its ``query`` or its form's ``inputs``), dumped. Returns the new text and the
+    answer (empty where the run paused at a form)."""
+
+    def run(text: str) -> tuple[str, str]:
+        canvas = Canvas(text)
+        answer = ""
+        for event in canvas.run(trace=False, **body):
+            if event["event"] == "message_end":
+                answer = event["data"]["content"]
+        if not answer and canvas.pending_form() is None:
+            raise RuntimeError("the run neither paused at a form nor answered")
+        return canvas.dump(), answer
+
+    return run
+
+
+def make_app(url: str, canvas: bool = False) -> Flask:
+    """The floor's app; with ``canvas``, each turn runs the canvas (:func:`canvas_turn`)."""
     app = Flask(__name__)
     store = Store(url)
 
     @app.post("/turn")
     def turn():  # noqa: ANN202 - a Flask view
         body = request.get_json()
-        user = body.get("question") or orjson.dumps(body.get("inputs") or {}).decode()
-        version = store.turn(body["session_id"], user, "Thanks")
+        inputs = body.get("inputs")
+        user = body.get("question") or orjson.dumps(inputs or {}).decode()
+        answer = "Thanks"
+        if canvas:
+            done = canvas_turn({"inputs": inputs} if inputs else {"query": body.get("question") or ""})
+
+            def run(text: str) -> tuple[str, str]:
+                nonlocal answer
+                text, answer = done(text)
+                return text, answer
+
+            version = store.turn(body["session_id"], user, "", run=run)
+        else:
+            version = store.turn(body["session_id"], user, answer)
         if version <= 0:
             return jsonify({"code": 409, "message": "busy or missing"}), 409
-        return jsonify({"code": 0, "data": {"session_id": body["session_id"], "version": version}})
+        data = {"session_id": body["session_id"], "version": version}
+        if canvas:
+            data["answer"] = answer
+        return jsonify({"code": 0, "data": data})
 
     return app
 
@@ -189,6 +231,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seed", help="a file holding the snapshot every session starts from")
     parser.add_argument("--sessions", type=int, default=0)
+    parser.add_argument("--canvas", action="store_true", help="run the canvas in each turn (canvas_turn)")
     args = parser.parse_args()
     if args.seed:
         with open(args.seed, encoding="utf-8") as fh:
@@ -197,7 +240,7 @@ def main() -> int:
     from api.cli import run_gunicorn
 
     sys.argv = sys.argv[:1]  # gunicorn reads the command line too
-    run_gunicorn(lambda: make_app(args.db), "127.0.0.1", args.port, args.workers, args.threads)
+    run_gunicorn(lambda: make_app(args.db, args.canvas), "127.0.0.1", args.port, args.workers, args.threads)
     return 0
 
 
