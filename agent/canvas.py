@@ -1337,9 +1337,8 @@ def _history_json(history: Any, written: _WrittenHistory | None) -> _WrittenHist
     if type(history) is not list:
         return None
     if written is not None and history:
-        entries, first, drop = written.entries, history[0], 0
-        while drop < len(entries) and entries[drop] != first:
-            drop += 1
+        entries = written.entries
+        drop = _dropped(entries, history[0])
         kept = len(entries) - drop
         new = history[kept:]
         if not 0 < kept <= len(history) or not _pairs_of_text(new):
@@ -1361,6 +1360,27 @@ def _history_json(history: Any, written: _WrittenHistory | None) -> _WrittenHist
         return None
     text = jsonio.dumps_utf8(history)
     return None if text is None else _WrittenHistory(_read_only(history), text)
+
+
+def _dropped(entries: list, first: Any) -> int:
+    """How many of the written ``entries`` the history lost from its start, ``first``
+    being its first entry now: where ``first`` is among them, the very object (a kept
+    canvas's history holds the entries the last dump wrote, and a turn drops as many as it
+    adds, a few), else the first equal one. By identity first, so that a conversation
+    whose exchanges repeat (a form filled in again and again) is not taken for one that
+    dropped nothing and added nothing: that reading holds too, but its check compares
+    the whole history by value."""
+    for drop, entry in enumerate(entries[:_FEW_DROPPED]):
+        if entry is first:
+            return drop
+    drop = 0
+    while drop < len(entries) and entries[drop] != first:
+        drop += 1
+    return drop
+
+
+#: How far :func:`_dropped` looks for the history's first entry by identity.
+_FEW_DROPPED = 8
 
 
 def _pairs_of_text(entries: list) -> bool:

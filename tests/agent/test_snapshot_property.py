@@ -285,6 +285,7 @@ def test_the_history_is_written_anew_where_it_changed():
         11: lambda h: h.extend([["user", "x"], ["user", "x"], ["assistant", "y"]]),  # equal entries
         12: lambda h: h.reverse(),
         14: lambda h: h.__delitem__(slice(0, 2)),  # the oldest dropped, none added
+        15: lambda h: h.insert(0, h.pop(3)),  # a later entry, the very object, moved first
     }
     canvas = Canvas(json.dumps(dsl), limits=limits)
     not_kept = []
@@ -313,6 +314,26 @@ def test_the_history_is_written_anew_where_it_changed():
     assert json.loads(canvas.dump())["history"] == json.loads(text)["history"]
     canvas.reset()
     assert canvas.dump() == jsonio.dumps_plain(canvas.to_dict())[0]
+
+
+def test_a_conversation_that_repeats_itself_is_written_right():
+    """Every exchange the same (a form filled in with the same answers again and again),
+    the oldest dropped past history_size: each dump is the one json call's, through a
+    canvas kept from turn to turn, and the history keeps its last entries."""
+    dsl = sample("intake_form")["dsl"]
+    limits = Limits(history_size=6)
+    canvas = Canvas(json.dumps(dsl), limits=limits)
+    for turn in range(12):
+        for body in ({"query": "sign me up"}, {"inputs": {"name": "Ann", "age": 41, "plan": "pro"}}):
+            list(canvas.run(**json.loads(json.dumps(body))))  # fresh strings, equal ones
+            text = canvas.dump(keepable=True)
+            assert text == jsonio.dumps_plain(canvas.to_dict())[0]
+            kept = canvas.keep(text)
+            assert kept is not None, turn
+            canvas = kept.load(limits=limits)
+    history = json.loads(text)["history"]
+    assert len(history) == 6 and history == canvas.history
+    assert history[0][1] == "sign me up" and history[:2] == history[2:4] == history[4:]
 
 
 def test_the_entries_a_turn_adds_cannot_be_changed_in_place():
