@@ -1363,13 +1363,17 @@ def _history_json(history: Any, written: _WrittenHistory | None) -> _WrittenHist
 
 
 def _dropped(entries: list, first: Any) -> int:
-    """How many of the written ``entries`` the history lost from its start, ``first``
-    being its first entry now: where ``first`` is among them, the very object (a kept
-    canvas's history holds the entries the last dump wrote, and a turn drops as many as it
-    adds, a few), else the first equal one. By identity first, so that a conversation
-    whose exchanges repeat (a form filled in again and again) is not taken for one that
-    dropped nothing and added nothing: that reading holds too, but its check compares
-    the whole history by value."""
+    """How many of the written ``entries`` the history has lost from its start, ``first``
+    being its first entry now.
+
+    A kept canvas's history holds the very entries the last dump wrote, and a turn drops
+    as many as it adds (a few): ``first`` is looked for as that object among the first
+    :data:`_FEW_DROPPED` entries, then by value. By value alone, a conversation whose
+    exchanges repeat (a form filled in again and again) read as one that lost and added
+    nothing; that reading holds too, but the check that follows it then compared the
+    whole history pair by pair (5.6 us a dump at 100 entries, against 3.5 found by
+    identity: bench/http.py's intake turn, in process).
+    """
     for drop, entry in enumerate(entries[:_FEW_DROPPED]):
         if entry is first:
             return drop
