@@ -576,10 +576,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, dict[int, list[float]]], in
             if "floor+canvas" in names:
                 vs = cost_ratios(ours, results[(backend, "floor+canvas", level)])
                 line += f"   ours/floor+canvas {spread(vs, '{:.2f}')}"
-            if "uncached" in names:
-                line += f"   uncached/ours {spread(cost_ratios(results[(backend, 'uncached', level)], ours), '{:.2f}')}"
-            if "langgraph" in names:
-                line += f"   langgraph/ours {spread(cost_ratios(results[(backend, 'langgraph', level)], ours), '{:.2f}')}"
+            for other in ("uncached", "langgraph"):  # their cost over ours'
+                if other in names:
+                    vs = cost_ratios(results[(backend, other, level)], ours)
+                    line += f"   {other}/ours {spread(vs, '{:.2f}')}"
             print(line)
     errors = sum(p.errors for phases in results.values() for p in phases)
     if errors:
