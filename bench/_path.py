@@ -41,13 +41,15 @@ def measured_code() -> str:
 print(f"  measuring the code of {measured_code()}", file=sys.stderr)
 
 
-def load_bench_http():
-    """bench/http.py as the module ``bench_http`` (its subjects and client), for the
-    scripts that use them: not by putting this folder on the path (see above)."""
-    module = sys.modules.get("bench_http")
+def load_bench(name: str):
+    """The script bench/<name>.py as the module ``bench_<name>`` (its subjects, client...),
+    loaded once, for the scripts that use it: not by putting this folder on the path
+    (see above)."""
+    module_name = f"bench_{name}"
+    module = sys.modules.get(module_name)
     if module is None:
-        spec = importlib.util.spec_from_file_location("bench_http", os.path.join(BENCH, "http.py"))
+        spec = importlib.util.spec_from_file_location(module_name, os.path.join(BENCH, f"{name}.py"))
         module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_http"] = module  # its dataclasses look their module up
+        sys.modules[module_name] = module  # its dataclasses look their module up
         spec.loader.exec_module(module)
     return module

@@ -31,8 +31,6 @@ turn, with eleven synced commits, added 0.13 ms.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import random
 import shutil
 import statistics
@@ -40,12 +38,9 @@ import sys
 import tempfile
 import time
 
-from _path import BENCH
+from _path import load_bench
 
-# bench/turns.py's subjects (not by putting this folder on the path: see _path).
-_spec = importlib.util.spec_from_file_location("bench_turns", os.path.join(BENCH, "turns.py"))
-turns = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(turns)
+turns = load_bench("turns")  # bench/turns.py's subjects
 
 LANGGRAPH = "LangGraph + SqliteSaver"
 

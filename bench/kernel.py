@@ -39,9 +39,9 @@ import sys
 import tempfile
 import time
 
-from _path import load_bench_http
+from _path import load_bench
 
-bench_http = load_bench_http()
+bench_http = load_bench("http")
 
 TICKS = os.sysconf("SC_CLK_TCK")
 #: System calls that wait for something: listed, but left out of the kernel time's total.

@@ -34,13 +34,13 @@ import sys
 import tempfile
 import uuid
 
-from _path import BENCH, load_bench_http
+from _path import BENCH, load_bench
 
 sys.path.insert(0, os.path.join(BENCH, "support"))
 
 from throwaway import mysql_database, postgres_database  # noqa: E402
 
-bench_http = load_bench_http()
+bench_http = load_bench("http")
 
 ANSWERS = bench_http.ANSWERS
 Client, Subject = bench_http.Client, bench_http.Subject

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import random
 import shutil
@@ -47,12 +46,9 @@ import time
 import types
 from collections.abc import Callable
 
-from _path import BENCH
+from _path import load_bench
 
-# bench/turns.py's subjects (not by putting this folder on the path: see _path).
-_spec = importlib.util.spec_from_file_location("bench_turns", os.path.join(BENCH, "turns.py"))
-turns = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(turns)
+turns = load_bench("turns")  # bench/turns.py's subjects
 
 from api.services import turns as service  # noqa: E402
 

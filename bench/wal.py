@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import os
 import shutil
 import sqlite3
@@ -40,12 +39,9 @@ import struct
 import sys
 import tempfile
 
-from _path import BENCH
+from _path import load_bench
 
-# bench/turns.py's subjects (not by putting this folder on the path: see _path).
-_spec = importlib.util.spec_from_file_location("bench_turns", os.path.join(BENCH, "turns.py"))
-turns = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(turns)
+turns = load_bench("turns")  # bench/turns.py's subjects
 Floor, Ours = turns.Floor, turns.Ours
 
 

@@ -10,9 +10,9 @@ figure moves by several percent, so a change to ours' app of 2% shows here. On 2
 entries were found by identity, ``agent/canvas.py`` ``_dropped``); over HTTP, 1.31-1.44.
 
 The apps are those ``bench/http.py`` serves, each on its own SQLite file: **ours**,
-``api.create_app()`` as ``agentcanvas serve`` builds it (the completion lane in front
-of Flask included), and the **floor**, ``bench/support/floor_app.make_app`` (or with
-``--floor-canvas`` also the **floor+canvas**). Each is called directly with environs
+``api.create_app()`` (the whole app ``agentcanvas serve`` serves, the completion lane
+in front of Flask included; built as bench/turns.py's ours), and the **floor**,
+``bench/support/floor_app.make_app`` (with ``--floor-canvas`` also the **floor+canvas**). Each is called directly with environs
 shaped like gunicorn's, holding the same request bodies and headers that
 ``bench/http.py`` sends (the intake form's question, then its answers, on ``--sessions``
 sessions in turn), and its reply is read to the end. They play **by blocks** of
@@ -36,11 +36,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from _path import BENCH, load_bench_http
+from _path import BENCH, load_bench
 
 sys.path.insert(0, os.path.join(BENCH, "support"))
 
-bench_http = load_bench_http()
+bench_http = load_bench("http")
 
 
 def environ_for(path: str, body: dict, headers: dict[str, str]) -> tuple[dict, bytes]:
@@ -106,37 +106,26 @@ def _start_response(status: str, headers: list, exc_info: object = None) -> None
 
 
 def ours(tmp: str, sessions: int) -> Subject:
-    """Ours on its own SQLite file: a tenant, its token, the intake agent, ``sessions`` sessions."""
-    os.environ["AGENTCANVAS_DATABASE_URL"] = f"sqlite:///{tmp}/ours.db"
-    os.environ.pop("AGENTCANVAS_ACCESS_LOG", None)
+    """Ours on its own SQLite file (bench/turns.py's app, tenant and intake agent), a
+    token of its tenant and ``sessions`` sessions."""
     # As bench/http.py: a transcript cap no run reaches (the floor has none).
     os.environ["AGENTCANVAS_SESSION_MAX_TRANSCRIPT_BYTES"] = str(2**50)
-    from api import create_app
-    from api.db import db
     from api.services import tokens
 
-    app = create_app()
-    with app.app_context():
-        plain, _ = tokens.create_token(tokens.tenant_by_name("bench").id, "api")
-    db.obj.close_all()
+    made = load_bench("turns").Ours(f"sqlite:///{tmp}/ours.db")
+    with made.app.app_context():
+        plain, _ = tokens.create_token(made.tenant_id, "api")
+        session_ids = [made.session_id] + [made._new_session() for _ in range(sessions - 1)]  # noqa: SLF001
     auth = {"Authorization": f"Bearer {plain}"}
-    client = app.test_client()
-    agent = client.post(
-        "/api/v1/agents", json={"title": "intake", "dsl": bench_http.intake_dsl()}, headers=auth
-    )
-    agent_id = agent.get_json()["data"]["id"]
-    path = f"/api/v1/agents/{agent_id}/completions"
-    requests = []
-    for _ in range(sessions):
-        made = client.post(f"/api/v1/agents/{agent_id}/sessions", json={}, headers=auth)
-        session_id = made.get_json()["data"]["id"]
-        requests.append(
-            [
-                environ_for(path, {"session_id": session_id, "stream": False, **body}, auth)
-                for body in ({"question": "sign me up"}, {"inputs": bench_http.ANSWERS})
-            ]
-        )
-    return Subject("ours", app, requests)
+    path = f"/api/v1/agents/{made.agent_id}/completions"
+    requests = [
+        [
+            environ_for(path, {"session_id": session_id, "stream": False, **body}, auth)
+            for body in ({"question": "sign me up"}, {"inputs": bench_http.ANSWERS})
+        ]
+        for session_id in session_ids
+    ]
+    return Subject("ours", made.app, requests)
 
 
 def floor(tmp: str, sessions: int, canvas: bool) -> Subject:
