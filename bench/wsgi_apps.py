@@ -108,8 +108,7 @@ def _start_response(status: str, headers: list, exc_info: object = None) -> None
 def ours(tmp: str, sessions: int) -> Subject:
     """Ours on its own SQLite file (bench/turns.py's app, tenant and intake agent), a
     token of its tenant and ``sessions`` sessions."""
-    # As bench/http.py: a transcript cap no run reaches (the floor has none).
-    os.environ["AGENTCANVAS_SESSION_MAX_TRANSCRIPT_BYTES"] = str(2**50)
+    os.environ.update(bench_http.NO_TRANSCRIPT_CAP)
     from api.services import tokens
 
     made = load_bench("turns").Ours(f"sqlite:///{tmp}/ours.db")
