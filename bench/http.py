@@ -200,8 +200,7 @@ def create_token(env: dict, tenant: str, *extra: str) -> str:
 def start_ours(
     url: str, workers: int, threads: int, sessions: int, name: str = "ours", **settings: str
 ) -> Subject:
-    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url, **NO_TRANSCRIPT_CAP}
-    env.update(settings)
+    env = {**os.environ, "AGENTCANVAS_DATABASE_URL": url, **NO_TRANSCRIPT_CAP, **settings}
     env.pop("AGENTCANVAS_ACCESS_LOG", None)
     cli = os.path.join(BIN, "agentcanvas")
     token = create_token(env, f"bench-{uuid.uuid4().hex[:6]}")
