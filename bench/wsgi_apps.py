@@ -8,6 +8,10 @@ by that shared part. The apps' own ratio moves little from run to run where the 
 figure moves by several percent, so a change to ours' app of 2% shows here. On 2026-12-05
 (2-core Xeon VM): ours 191 us, the floor 133 us, 1.43-1.45 (1.48 before the history's
 entries were found by identity, ``agent/canvas.py`` ``_dropped``); over HTTP, 1.31-1.44.
+The same day on a 2-core AMD EPYC VM: ours 237-263 us, the floor 182-191 us, 1.31-1.37;
+over HTTP, 1.18-1.34. This loop runs each app on warm caches, 400 requests in a row; a
+server runs it on colder ones (bench/cold.py), which weighs more on ours' larger turn:
+read the ratio here as the direction and size of a change, not as the HTTP figure.
 
 The apps are those ``bench/http.py`` serves, each on its own SQLite file: **ours**,
 ``api.create_app()`` (the whole app ``agentcanvas serve`` serves, the completion lane
